@@ -1,0 +1,36 @@
+"""Where the project's folders are, wherever a command runs from (also inside DVC's temp copies)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# DVC runs queued/temp experiments in copies under this folder of the real project.
+_DVC_TEMP_EXPS = (".dvc", "tmp", "exps")
+
+
+def project_root(start: str | Path | None = None) -> Path:
+    """The nearest folder at or above `start` (default: cwd) that holds `conf/config.yaml`."""
+    here = Path(start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "conf" / "config.yaml").is_file():
+            return folder
+    from soarlab.errors import SoarError
+
+    raise SoarError(
+        f"no SOAR Lab project found at or above {here} (no conf/config.yaml)",
+        "run the command from inside the project checkout",
+    )
+
+
+def owning_project_root(start: str | Path | None = None) -> Path:
+    """The project that owns this checkout: for a DVC temp experiment copy, the real project.
+
+    Tracking must log into one store for all experiments, so it resolves its default
+    location against the owning project, not against a temporary copy.
+    """
+    root = project_root(start)
+    parts = root.parts
+    for i in range(len(parts) - len(_DVC_TEMP_EXPS) + 1):
+        if parts[i : i + len(_DVC_TEMP_EXPS)] == _DVC_TEMP_EXPS:
+            return Path(*parts[:i])
+    return root

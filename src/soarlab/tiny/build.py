@@ -1,0 +1,177 @@
+"""Build the tiny MiniCPM-SALA checkpoint: tokenizer, config, weights, remote code.
+
+Deterministic for a given seed and machine. The tokenizer is a byte-level BPE trained on
+the embedded corpus (real text), with MiniCPM's special tokens and a ChatML chat template
+that honours `enable_thinking`. The weights are trained for a few hundred CPU steps on the
+corpus and on chat-formatted answers of the embedded correctness set, so the model
+answers part of it and quantization error shows up as lost accuracy, as on the real model.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Sequence
+
+from soarlab.atomic import atomic_dir
+
+HERE = Path(__file__).parent
+CORPUS = HERE / "corpus.txt"
+REMOTE_CODE = HERE / "remote"
+# Same layout as the real vocabulary: 0 unk, 1 bos, 2 eos; the chat end token is the second EOS.
+SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}"
+)
+REAL_SCHEMA_DEFAULTS = {  # fields of openbmb/MiniCPM-SALA's config.json the tiny model keeps as they are
+    "architectures": ["MiniCPMSALAForCausalLM"],
+    "model_type": "minicpm_sala",
+    "auto_map": {
+        "AutoConfig": "configuration_minicpm_sala.MiniCPMSALAConfig",
+        "AutoModel": "modeling_minicpm_sala.MiniCPMSALAModel",
+        "AutoModelForCausalLM": "modeling_minicpm_sala.MiniCPMSALAForCausalLM",
+    },
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "attn_use_output_gate": True,
+    "attn_use_rope": False,
+    "hidden_act": "silu",
+    "lightning_scale": "1/sqrt(d)",
+    "lightning_use_rope": True,
+    "qk_norm": True,
+    "use_output_gate": True,
+    "use_output_norm": True,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "scale_emb": 12,
+    "scale_depth": 1.4,
+    "initializer_range": 0.1,
+    "tie_word_embeddings": False,
+    "dtype": "bfloat16",
+}
+
+
+def _train_tokenizer(vocab_size: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(CORPUS.read_text().split("\n\n"), trainer=trainer)
+    # Like the real tokenizer, encode() adds BOS by default (bench counts it: RULES.md 2).
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", 1)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="<|im_end|>",
+        unk_token="<unk>",
+        pad_token="</s>",
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=4096,
+    )
+
+
+def _training_texts(tokenizer, qa_rows: Sequence[dict]) -> list[str]:
+    """Chat-formatted answers (what the accuracy stage asks) plus plain corpus paragraphs."""
+    texts = []
+    for row in qa_rows:
+        gold = row["gold"]
+        answer = f"ANSWER: {gold}" if row.get("task") == "mcq" else ", ".join(gold if isinstance(gold, list) else [gold])
+        messages = [{"role": "user", "content": row["question"]}]
+        prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=True)
+        texts.append(f"{prompt}<think>\n</think>\n{answer}<|im_end|>")
+    paragraphs = [p for p in CORPUS.read_text().split("\n\n") if len(p) > 200]
+    return texts + paragraphs[: max(len(texts), 32)]
+
+
+def _train(model, tokenizer, texts: list[str], steps: int, seed: int, seq_len: int = 512, batch: int = 8) -> None:
+    import torch
+    from tqdm import tqdm
+
+    rng = random.Random(seed)
+    encoded = [tokenizer(t, add_special_tokens=False)["input_ids"][:seq_len] for t in texts]
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    model.train()
+    for _ in tqdm(range(steps), desc="training tiny model", unit="step", leave=False):
+        picked = [encoded[rng.randrange(len(encoded))] for _ in range(batch)]
+        width = max(map(len, picked))
+        ids = torch.full((batch, width), tokenizer.pad_token_id)
+        labels = torch.full((batch, width), -100)
+        mask = torch.zeros((batch, width), dtype=torch.long)
+        for i, seq in enumerate(picked):
+            ids[i, : len(seq)] = labels[i, : len(seq)] = torch.tensor(seq)
+            mask[i, : len(seq)] = 1
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+
+
+def tiny_config(spec: dict, vocab_size: int, eos_ids: list[int]) -> dict:
+    mixers = list(spec["mixer_types"])
+    return {
+        **REAL_SCHEMA_DEFAULTS,
+        "bos_token_id": 1,
+        "eos_token_id": eos_ids,
+        "pad_token_id": 2,
+        "vocab_size": vocab_size,
+        "hidden_size": spec["hidden_size"],
+        "intermediate_size": spec["intermediate_size"],
+        "num_hidden_layers": len(mixers),
+        "mixer_types": mixers,
+        "num_attention_heads": spec["num_attention_heads"],
+        "num_key_value_heads": spec["num_key_value_heads"],
+        "head_dim": spec["head_dim"],
+        "lightning_nh": spec["num_attention_heads"],
+        "lightning_nkv": spec["num_attention_heads"],
+        "lightning_head_dim": spec["head_dim"],
+        "dim_model_base": spec["hidden_size"] // 4,
+        "max_position_embeddings": 4096,
+        "sparse_config": {"kernel_size": 32, "kernel_stride": 16, "block_size": 64, "topk": 64,
+                          "init_blocks": 1, "window_size": 2048, "dense_len": 8192, "use_nope": False},
+    }
+
+
+def build_tiny_model(out_dir: str | Path, spec: dict, qa_rows: Sequence[dict] = ()) -> Path:
+    """Write the tiny checkpoint to `out_dir` (atomically) and return it."""
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    torch.manual_seed(spec["seed"])
+    tokenizer = _train_tokenizer(spec["vocab_size"])
+    eos_ids = [tokenizer.convert_tokens_to_ids(t) for t in ("</s>", "<|im_end|>")]
+    vocab = -(-len(tokenizer) // 64) * 64  # padded like real vocabularies
+    config_dict = tiny_config(spec, vocab, eos_ids)
+    with atomic_dir(out_dir) as tmp:
+        for src in REMOTE_CODE.glob("*.py"):
+            shutil.copy(src, tmp / src.name)
+        (tmp / "config.json").write_text(json.dumps(config_dict, indent=2) + "\n")
+        model = AutoModelForCausalLM.from_config(
+            _load_config(tmp), trust_remote_code=True, dtype=torch.float32
+        )
+        if spec["train_steps"]:
+            _train(model, tokenizer, _training_texts(tokenizer, qa_rows), spec["train_steps"], spec["seed"])
+        model.to(torch.bfloat16).save_pretrained(tmp)
+        # save_pretrained rewrites config.json from the class; keep the real schema (auto_map, fields) as written.
+        (tmp / "config.json").write_text(json.dumps(config_dict, indent=2) + "\n")
+        tokenizer.save_pretrained(tmp)
+        GenerationConfig(bos_token_id=1, eos_token_id=eos_ids, pad_token_id=2, do_sample=False).save_pretrained(tmp)
+    return Path(out_dir)
+
+
+def _load_config(model_dir: Path):
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(model_dir, trust_remote_code=True)
