@@ -9,6 +9,4 @@ command -v "$PYTHON" >/dev/null || PYTHON=python3
 # The CPU build first: a plain `torch` requirement would pull a multi-GB CUDA build.
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[dev]"
-# DVC needs a git repository; a fresh clone has one. Initialise DVC's cache dir if missing.
-[ -d .dvc ] || .venv/bin/dvc init -q
 echo "setup done: $(.venv/bin/soarlab --help | head -1)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 # DVC runs queued/temp experiments in copies under this folder of the real project.
@@ -26,8 +27,12 @@ def owning_project_root(start: str | Path | None = None) -> Path:
     """The project that owns this checkout: for a DVC temp experiment copy, the real project.
 
     Tracking must log into one store for all experiments, so it resolves its default
-    location against the owning project, not against a temporary copy.
+    location against the owning project, not against a temporary copy. DVC tells stages the
+    owning repository in DVC_ROOT; the path test covers commands run by hand inside a copy.
     """
+    dvc_root = os.environ.get("DVC_ROOT")
+    if dvc_root and (Path(dvc_root) / "conf" / "config.yaml").is_file():
+        return Path(dvc_root).resolve()
     root = project_root(start)
     parts = root.parts
     for i in range(len(parts) - len(_DVC_TEMP_EXPS) + 1):

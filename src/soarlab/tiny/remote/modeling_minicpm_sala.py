@@ -21,6 +21,8 @@ except ImportError:  # loaded as a top-level module
     from configuration_minicpm_sala import MiniCPMSALAConfig
 
 SPARSE, LIGHTNING = "minicpm4", "lightning-attn"
+# transformers 5 names the cache `cache`; 4.x (the real model's platform) names it `past_key_values`.
+_CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
 class MiniCPMRMSNorm(nn.Module):
@@ -132,8 +134,8 @@ class MiniCPMSALADecoderLayer(nn.Module):
         # muP depth scaling, as in MiniCPM.
         self.residual_scale = config.scale_depth / math.sqrt(config.num_hidden_layers)
 
-    def forward(self, hidden_states, past_key_values=None, attention_mask=None, **kwargs):
-        h = hidden_states + self.self_attn(self.input_layernorm(hidden_states), past_key_values, attention_mask) * self.residual_scale
+    def forward(self, hidden_states, cache=None, attention_mask=None, **kwargs):
+        h = hidden_states + self.self_attn(self.input_layernorm(hidden_states), cache, attention_mask) * self.residual_scale
         return h + self.mlp(self.post_attention_layernorm(h)) * self.residual_scale
 
 
@@ -164,15 +166,15 @@ class MiniCPMSALAModel(MiniCPMSALAPreTrainedModel):
     def set_input_embeddings(self, value):
         self.embed_tokens = value
 
-    def forward(self, input_ids=None, attention_mask=None, past_key_values=None, inputs_embeds=None, use_cache=None, **kwargs):
+    def forward(self, input_ids=None, attention_mask=None, cache=None, inputs_embeds=None, use_cache=None, **kwargs):
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids) * self.config.scale_emb
-        if use_cache and past_key_values is None:
-            past_key_values = DynamicCache()
+        if use_cache and cache is None:
+            cache = DynamicCache()
         h = inputs_embeds
         for layer in self.layers:
-            h = layer(h, past_key_values=past_key_values, attention_mask=attention_mask)
-        return self.norm(h), past_key_values
+            h = layer(h, cache=cache if use_cache else None, attention_mask=attention_mask)
+        return self.norm(h), cache
 
 
 class MiniCPMSALAForCausalLM(MiniCPMSALAPreTrainedModel, GenerationMixin):
@@ -190,10 +192,11 @@ class MiniCPMSALAForCausalLM(MiniCPMSALAPreTrainedModel, GenerationMixin):
     def get_output_embeddings(self):
         return self.lm_head
 
-    def forward(self, input_ids=None, attention_mask=None, past_key_values=None, inputs_embeds=None,
-                labels=None, use_cache=None, logits_to_keep=0, **kwargs):
+    def forward(self, input_ids=None, attention_mask=None, cache=None, inputs_embeds=None,
+                labels=None, use_cache=None, logits_to_keep=0, past_key_values=None, **kwargs):
         use_cache = self.config.use_cache if use_cache is None else use_cache
-        hidden, cache = self.model(input_ids, attention_mask, past_key_values, inputs_embeds, use_cache)
+        cache = cache if cache is not None else past_key_values
+        hidden, cache = self.model(input_ids, attention_mask, cache, inputs_embeds, use_cache)
         if logits_to_keep:
             hidden = hidden[:, -logits_to_keep:]
         # muP output scaling, as in MiniCPM.
@@ -201,4 +204,4 @@ class MiniCPMSALAForCausalLM(MiniCPMSALAPreTrainedModel, GenerationMixin):
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
-        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=cache if use_cache else None)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, **{_CACHE_FIELD: cache if use_cache else None})

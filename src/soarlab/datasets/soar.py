@@ -1,0 +1,84 @@
+"""Read SOAR-format JSONL files. Every problem names the file and the line, so a bad set is fixed in one go.
+
+`read_jsonl(path, required_fields)` is generic (speed sets, correctness sets): each entry of
+`required_fields` is a field name, or a tuple of alternative names of which one must be present
+(e.g. `("question", "input", "prompt")`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+from soarlab.errors import SoarError
+
+# RULES.md 2: the prompt field of a speed set, in the order the official converter looks for it.
+PROMPT_FIELDS = ("question", "input", "prompt")
+RESPONSE_FIELD = "model_response"
+
+
+def _describe(field: str | tuple[str, ...]) -> str:
+    return field if isinstance(field, str) else " or ".join(f'"{f}"' for f in field)
+
+
+def read_jsonl(path: str | Path, required_fields: Sequence[str | tuple[str, ...]] = ()) -> list[dict]:
+    """All rows of a JSONL file, each a dict with its 1-based `line` number under the key `_line`.
+
+    Blank lines are skipped. A line that is not a JSON object, or lacks a required field
+    (or all of a tuple's alternatives), raises SoarError naming the line. An empty file raises too.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise SoarError(f"dataset {path} not found", "give the path of a SOAR-format JSONL file")
+    rows: list[dict] = []
+    with path.open(encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SoarError(
+                    f"{path} line {number} is not valid JSON ({exc.msg})", "write one JSON object per line"
+                ) from None
+            if not isinstance(row, dict):
+                raise SoarError(f"{path} line {number} is not a JSON object", "write one JSON object per line")
+            for field in required_fields:
+                names = (field,) if isinstance(field, str) else field
+                if not any(name in row for name in names):
+                    raise SoarError(
+                        f"{path} line {number} has no {_describe(field)} field",
+                        "give every line the fields of the SOAR format "
+                        + ", ".join(_describe(f) for f in required_fields),
+                    )
+            row["_line"] = number
+            rows.append(row)
+    if not rows:
+        raise SoarError(f"dataset {path} is empty", "give a JSONL file with at least one request line")
+    return rows
+
+
+def prompt_of(row: dict) -> str:
+    """The prompt text of a speed-set row: `question`, else `input`, else `prompt` (RULES.md 2)."""
+    for name in PROMPT_FIELDS:
+        if name in row:
+            value = row[name]
+            break
+    else:  # pragma: no cover - read_speed_set checked it
+        raise KeyError("question")
+    return value
+
+
+def read_speed_set(path: str | Path) -> list[dict]:
+    """Rows `{"prompt": str, "model_response": str, "line": int}` of a SOAR-format speed set, in file order."""
+    rows = []
+    for row in read_jsonl(path, [PROMPT_FIELDS, RESPONSE_FIELD]):
+        prompt, response = prompt_of(row), row[RESPONSE_FIELD]
+        if not isinstance(prompt, str) or not isinstance(response, str):
+            raise SoarError(
+                f"{path} line {row['_line']}: the prompt and model_response must be strings",
+                "write the question and the reference answer as JSON strings",
+            )
+        rows.append({"prompt": prompt, "model_response": response, "line": row["_line"]})
+    return rows

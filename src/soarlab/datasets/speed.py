@@ -1,0 +1,150 @@
+"""Make SOAR-format speed sets with token-exact lengths, from real text (RULES.md 2).
+
+A row is `{"question": text, "model_response": text}` where `len(tokenizer.encode(question))`
+and `len(tokenizer.encode(model_response))` are exactly the lengths drawn for it, counted as
+the benchmark counts them (the tokenizer's defaults, BOS included). Text is cut from the
+embedded corpus (`soarlab/tiny/corpus.txt`), repeated as needed for long inputs.
+
+Profiles live in config (`bench.profiles` in conf/bench/soar.yaml): a `mix` of components
+`{weight, input_tokens: [lo, hi], output_tokens: [lo, hi]}`; each row draws a component by
+weight and its lengths uniformly. Everything is drawn from `random.Random(seed)`: same
+tokenizer, profile, count and seed give the same file.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+from soarlab.errors import SoarError
+
+CORPUS = Path(__file__).resolve().parents[1] / "tiny" / "corpus.txt"
+_MAX_FIX_STEPS = 12
+
+
+def load_profiles(root: str | Path | None = None) -> dict[str, dict]:
+    """The `profiles` section of conf/bench/soar.yaml (the file of record for profiles)."""
+    from omegaconf import OmegaConf
+
+    from soarlab.paths import project_root
+
+    try:
+        conf = project_root(root) / "conf" / "bench" / "soar.yaml"
+    except SoarError:
+        conf = Path(__file__).resolve().parents[3] / "conf" / "bench" / "soar.yaml"
+    if not conf.is_file():
+        raise SoarError(f"{conf} not found", "run from the SOAR Lab project checkout")
+    return OmegaConf.to_container(OmegaConf.load(conf).profiles, resolve=True)
+
+
+def resolve_profile(profile: dict | str, profiles: dict | None = None) -> dict:
+    if not isinstance(profile, str):
+        profile = dict(profile)
+    else:
+        profiles = profiles if profiles is not None else load_profiles()
+        if profile not in profiles:
+            raise SoarError(f"unknown speed-set profile {profile!r}", f"use one of {', '.join(profiles)}")
+        profile = dict(profiles[profile])
+    mix = profile.get("mix")
+    if not mix:
+        raise SoarError("speed-set profile has no `mix` components", "give it mix: [{weight, input_tokens, output_tokens}]")
+    for comp in mix:
+        for key in ("input_tokens", "output_tokens"):
+            lo, hi = comp[key]
+            if not 2 <= lo <= hi:
+                raise SoarError(f"bad {key} range {[lo, hi]} in a speed-set profile", "use 2 <= lo <= hi")
+    return profile
+
+
+class _TokenText:
+    """Cut text of an exact token count out of the corpus stream (repeated as needed)."""
+
+    def __init__(self, tokenizer, corpus: str):
+        self.tok = tokenizer
+        self.ids = tokenizer.encode(corpus, add_special_tokens=False)
+        self.extra = len(tokenizer.encode("a")) - len(tokenizer.encode("a", add_special_tokens=False))
+        if len(self.ids) < 64:
+            raise SoarError("the corpus encodes to too few tokens", "use a longer corpus text")
+
+    def _window(self, start: int, count: int) -> list[int]:
+        n = len(self.ids)
+        start %= n
+        out: list[int] = []
+        while len(out) < count:
+            take = min(count - len(out), n - start)
+            out.extend(self.ids[start : start + take])
+            start = 0
+        return out
+
+    def text(self, target: int, rng: random.Random) -> str:
+        """Text whose `len(tokenizer.encode(text))` is exactly `target` (BOS and friends counted)."""
+        for _attempt in range(50):
+            start = rng.randrange(len(self.ids))
+            count = max(1, target - self.extra)
+            seen = set()
+            for _ in range(_MAX_FIX_STEPS):
+                text = self.tok.decode(self._window(start, count)).strip()
+                have = len(self.tok.encode(text))
+                if have == target:
+                    return text
+                if count in seen:
+                    break
+                seen.add(count)
+                count = max(1, count + (target - have))
+        raise SoarError(
+            f"could not cut a text of exactly {target} tokens from the corpus with this tokenizer",
+            "check the tokenizer round-trips text (decode then encode)",
+        )
+
+
+def make_speed_set(
+    tokenizer, profile: dict | str, num_requests: int, seed: int = 1, corpus: str | None = None, progress: bool = False
+) -> list[dict]:
+    """`num_requests` rows `{"question", "model_response"}` with token-exact lengths drawn from `profile`.
+
+    `profile` is a dict (a `bench.profiles` entry) or its name. Deterministic for a given seed.
+    """
+    if num_requests < 1:
+        raise SoarError(f"num_requests must be at least 1 (got {num_requests})", "ask for one or more requests")
+    prof = resolve_profile(profile)
+    cutter = _TokenText(tokenizer, corpus if corpus is not None else CORPUS.read_text(encoding="utf-8"))
+    rng = random.Random(seed)
+    weights = [float(c.get("weight", 1.0)) for c in prof["mix"]]
+    rows = []
+    steps = range(num_requests)
+    if progress:
+        from tqdm import tqdm
+
+        steps = tqdm(steps, desc="speed set", unit="req")
+    for _ in steps:
+        comp = rng.choices(prof["mix"], weights=weights)[0]
+        n_in = rng.randint(*comp["input_tokens"])
+        n_out = rng.randint(*comp["output_tokens"])
+        rows.append({"question": cutter.text(n_in, rng), "model_response": cutter.text(n_out, rng)})
+    return rows
+
+
+def load_tokenizer(name_or_dir: str):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name_or_dir, trust_remote_code=True)
+    except Exception as exc:  # noqa: BLE001 - many loader errors; one message for the user
+        raise SoarError(
+            f"could not load a tokenizer from {name_or_dir} ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
+            "give a model directory that holds tokenizer files",
+        ) from None
+
+
+def make_speed_set_cli(args) -> int:
+    """`soarlab make-speed-set --profile P --tokenizer DIR --num-requests N --seed S --output FILE`."""
+    from soarlab.atomic import write_jsonl
+
+    tokenizer = load_tokenizer(args.tokenizer)
+    rows = make_speed_set(tokenizer, args.profile, args.num_requests, args.seed, progress=True)
+    write_jsonl(args.output, rows)
+    n_in = sum(len(tokenizer.encode(r["question"])) for r in rows)
+    n_out = sum(len(tokenizer.encode(r["model_response"])) for r in rows)
+    print(f"wrote {len(rows)} requests to {args.output}: {n_in} input tokens, {n_out} output tokens")
+    return 0

@@ -1,0 +1,42 @@
+"""Start, health-check, log and stop an inference server, whatever engine serves it.
+
+    from soarlab.engines import open_engine, Server
+
+    with open_engine(cfg, model_dir, log_path) as server:   # cfg: the full composed config
+        ...  # server.base_url, server.api ("sglang" | "openai"), server.model, server.supports_ignore_eos
+
+`cfg.engine.name` picks the engine: `transformers` (CPU, `transformers serve`), `sglang`
+(GPU: `python -m sglang.launch_server` or the same in `docker run`), `external` (a server
+someone else started; nothing is started or stopped). A started server runs in its own
+process group with its output in `log_path`, and is always stopped when the block exits
+(also on errors and Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Iterator
+
+from soarlab.engines.server import Server
+from soarlab.errors import SoarError
+
+ENGINES = ("transformers", "sglang", "external")
+
+__all__ = ["ENGINES", "Server", "open_engine"]
+
+
+@contextlib.contextmanager
+def open_engine(cfg, model_dir: str | Path, log_path: str | Path) -> Iterator[Server]:
+    """Start the engine named by `cfg.engine.name` on `model_dir`; yield a ready `Server`; stop it."""
+    name = cfg.engine.get("name")
+    if name == "transformers":
+        from soarlab.engines.transformers_engine import open_transformers as opener
+    elif name == "sglang":
+        from soarlab.engines.sglang import open_sglang as opener
+    elif name == "external":
+        from soarlab.engines.external import open_external as opener
+    else:
+        raise SoarError(f"unknown engine.name {name!r}", f"use one of {', '.join(ENGINES)} (engine=transformers, ...)")
+    with opener(cfg, Path(model_dir), Path(log_path)) as server:
+        yield server

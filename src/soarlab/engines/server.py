@@ -1,0 +1,90 @@
+"""The `Server` handle and the small HTTP helpers the engines share (stdlib only: no event loop)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Server:
+    """A running server, ready for requests.
+
+    api: "sglang" (native `POST /generate`, streaming, `POST /flush_cache`) or
+    "openai" (`/v1/completions`, `/v1/chat/completions`).
+    supports_ignore_eos: whether `ignore_eos` may be sent; transformers serve rejects unknown
+    fields, so there exact lengths are asked with a `generation_config` JSON string instead
+    (see conf/engine/transformers.yaml).
+    has_flush_cache: None means "as the api says" (sglang has /flush_cache, openai servers do not).
+    """
+
+    base_url: str
+    api: str
+    model: str
+    supports_ignore_eos: bool
+    has_flush_cache: bool | None = None
+    request_timeout_s: float = 600.0
+    log_path: Path | None = None
+
+    def __post_init__(self) -> None:
+        self.base_url = self.base_url.rstrip("/")
+        if self.has_flush_cache is None:
+            self.has_flush_cache = self.api == "sglang"
+
+    def flush_cache(self) -> bool:
+        """POST /flush_cache where the engine has one. True if the server said yes; False otherwise."""
+        if not self.has_flush_cache:
+            return False
+        status, _ = http_request(f"{self.base_url}/flush_cache", method="POST", timeout=30)
+        return status == 200
+
+
+def http_request(url: str, method: str = "GET", body: Any = None, timeout: float = 5.0) -> tuple[int | None, str]:
+    """(status, text); status None when nothing answered (refused, reset, timed out)."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace") if exc.fp else ""
+    except (urllib.error.URLError, OSError, TimeoutError):
+        return None, ""
+
+
+def is_healthy(base_url: str, timeout: float = 5.0) -> bool:
+    """GET /health answers 200; or, for servers without /health, GET /v1/models does."""
+    status, _ = http_request(f"{base_url}/health", timeout=timeout)
+    if status == 200:
+        return True
+    if status is None:
+        return False
+    status, _ = http_request(f"{base_url}/v1/models", timeout=timeout)
+    return status == 200
+
+
+def served_models(base_url: str, timeout: float = 5.0) -> list[str]:
+    status, text = http_request(f"{base_url}/v1/models", timeout=timeout)
+    if status != 200:
+        return []
+    try:
+        return [m["id"] for m in json.loads(text).get("data", [])]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return []
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]

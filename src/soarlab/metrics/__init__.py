@@ -1,0 +1,1 @@
+"""Metrics: the SOAR score (RULES.md 1)."""

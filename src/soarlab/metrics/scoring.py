@@ -1,0 +1,77 @@
+"""The SOAR 2026 score (RULES.md 1). Every constant comes from the `score` config group.
+
+    S_level    = speed_scale * duration_best / duration_yours
+    normalized = min(ori / baseline * 100, accuracy_cap)
+    C          = c_table step on normalized (first `above` strictly below it), else c_floor
+    final      = (sum of weight_level * S_level) * C
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Mapping, Sequence
+
+from soarlab.errors import SoarError
+
+LEVELS = ("S1", "S8", "Smax")
+
+
+def normalized_accuracy(ori: float, baseline: float, cap: float) -> float:
+    return min(ori / baseline * 100.0, cap)
+
+
+def coefficient(norm: float, c_table: Sequence[Mapping], c_floor: float) -> float:
+    for band in sorted(c_table, key=lambda b: b["above"], reverse=True):
+        if norm > band["above"]:
+            return float(band["C"])
+    return float(c_floor)
+
+
+def speed_scores(durations: Mapping[str, float], best: Mapping[str, float], scale: float) -> dict[str, float]:
+    for level in LEVELS:
+        for name, table in (("duration", durations), ("best duration", best)):
+            if not table.get(level) or table[level] <= 0:
+                raise SoarError(f"{name} of {level} is missing or not positive", "give a positive number of seconds for S1, S8 and Smax")
+    return {level: scale * best[level] / durations[level] for level in LEVELS}
+
+
+def final_score(durations: Mapping[str, float], best: Mapping[str, float], ori: float, baseline: float, score_cfg) -> dict:
+    """Everything RULES.md 1 defines, rounded as the platform shows it."""
+    speeds = speed_scores(durations, best, score_cfg.speed_scale)
+    performance = sum(score_cfg.weights[level] * speeds[level] for level in LEVELS)
+    norm = normalized_accuracy(ori, baseline, score_cfg.accuracy_cap)
+    c = coefficient(norm, score_cfg.c_table, score_cfg.c_floor)
+    digits = score_cfg.decimals
+    return {
+        **{level: round(speeds[level], digits) for level in LEVELS},
+        "performance": round(performance, digits),
+        "ori_accuracy": round(ori, digits),
+        "normalized_accuracy": round(norm, digits),
+        "C": c,
+        "final": round(performance * c, digits),
+    }
+
+
+def parse_levels(text: str) -> dict[str, float]:
+    """'S1=1.5,S8=2,Smax=3' -> {'S1': 1.5, ...}"""
+    try:
+        pairs = dict(item.split("=", 1) for item in text.split(",") if item.strip())
+        values = {key.strip(): float(value) for key, value in pairs.items()}
+    except ValueError:
+        raise SoarError(f"cannot read levels from {text!r}", "write them as S1=SECONDS,S8=SECONDS,Smax=SECONDS") from None
+    unknown = set(values) - set(LEVELS)
+    if unknown or len(values) != len(LEVELS):
+        raise SoarError(f"levels in {text!r} must be exactly S1, S8 and Smax", "write them as S1=SECONDS,S8=SECONDS,Smax=SECONDS")
+    return values
+
+
+def score_cli(args) -> int:
+    from soarlab.config import compose
+
+    # The official baseline (RULES.md 1) is the real model's; overrides may still change it.
+    cfg = compose(["model=minicpm_sala", *args.overrides])
+    result = final_score(
+        parse_levels(args.durations), parse_levels(args.best), args.ori_accuracy, cfg.model.baseline_accuracy, cfg.score
+    )
+    print(json.dumps(result))
+    return 0

@@ -1,0 +1,73 @@
+"""Tracking against a real MLflow sqlite store in a temporary project."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import mlflow
+import pytest
+from omegaconf import OmegaConf
+
+from soarlab.atomic import write_json
+from soarlab.paths import owning_project_root
+from soarlab.tracking import log_pipeline_run, recorded_durations, tracking_uri
+
+from conftest import ROOT
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A project folder with conf/ (so it is found as the root) and a filled reports/."""
+    shutil.copytree(ROOT / "conf", tmp_path / "conf")
+    reports = tmp_path / "reports"
+    write_json(reports / "bench" / "metrics.json", {"S1_duration_s": 2.0, "S8_duration_s": 3.0, "Smax_duration_s": 4.0, "valid": 1})
+    write_json(reports / "accuracy" / "metrics.json", {"ori_accuracy": 81.5, "note": "not a number"})
+    write_json(reports / "score.json", {"final": 99.5, "C": 1.0, "invalid_levels": []})
+    (reports / "bench" / "S1.jsonl").write_text('{"latency": 1}\n')
+    (tmp_path / "params.yaml").write_text("a: 1\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    cfg = OmegaConf.create({
+        "model": {"name": "tiny"}, "quant": {"name": "gptq_w4"}, "engine": {"name": "transformers", "port": 30000},
+        "tracking": {"uri": None, "experiment": "test"},
+    })
+    return tmp_path, cfg
+
+
+def test_one_run_with_params_metrics_artifacts_and_tags(project, monkeypatch):
+    root, cfg = project
+    monkeypatch.setenv("DVC_EXP_NAME", "brave-exp")
+    run_id = log_pipeline_run(cfg, root / "reports", root / "params.yaml", speed_set_sha="abc")
+    assert tracking_uri(cfg) == f"sqlite:///{root / 'mlflow.db'}"
+    client = mlflow.MlflowClient(tracking_uri(cfg))
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.info.run_name == "brave-exp"
+    assert run.data.params["engine.port"] == "30000" and run.data.params["quant.name"] == "gptq_w4"
+    assert run.data.metrics["bench.S1_duration_s"] == 2.0 and run.data.metrics["accuracy.ori_accuracy"] == 81.5
+    assert run.data.metrics["score.final"] == 99.5 and "accuracy.note" not in run.data.metrics
+    assert run.data.tags["dvc.experiment"] == "brave-exp" and run.data.tags["soarlab.speed_set_sha"] == "abc"
+    artifacts = {a.path for a in client.list_artifacts(run_id, "reports/bench")}
+    assert {"reports/bench/S1.jsonl", "reports/bench/metrics.json"} <= artifacts
+    assert (root / "mlartifacts").is_dir()
+
+
+def test_recorded_durations_filter_by_model_and_speed_set(project):
+    root, cfg = project
+    log_pipeline_run(cfg, root / "reports", root / "params.yaml", speed_set_sha="abc")
+    write_json(root / "reports" / "bench" / "metrics.json", {"S1_duration_s": 1.0, "S8_duration_s": 9.0, "Smax_duration_s": 9.0, "valid": 1})
+    log_pipeline_run(cfg, root / "reports", root / "params.yaml", speed_set_sha="other-set")
+    found = recorded_durations(cfg, "abc")
+    assert found == [{"S1": 2.0, "S8": 3.0, "Smax": 4.0}]
+
+
+def test_dvc_temp_copy_logs_into_the_owning_project(tmp_path, monkeypatch):
+    owner = tmp_path / "proj"
+    copy = owner / ".dvc" / "tmp" / "exps" / "tmp123"
+    for folder in (owner, copy):
+        (folder / "conf").mkdir(parents=True)
+        (folder / "conf" / "config.yaml").write_text("{}\n")
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    assert owning_project_root(copy) == owner
+    monkeypatch.setenv("DVC_ROOT", str(owner))
+    assert owning_project_root(copy / "conf") == owner
