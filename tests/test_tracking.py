@@ -21,7 +21,7 @@ def project(tmp_path, monkeypatch):
     """A project folder with conf/ (so it is found as the root) and a filled reports/."""
     shutil.copytree(ROOT / "conf", tmp_path / "conf")
     reports = tmp_path / "reports"
-    write_json(reports / "bench" / "metrics.json", {"S1_duration_s": 2.0, "S8_duration_s": 3.0, "Smax_duration_s": 4.0, "valid": 1})
+    write_json(reports / "bench" / "metrics.json", {"S1_duration_s": 2.0, "S8_duration_s": 3.0, "Smax_duration_s": 4.0, "S1_valid": 1, "S8_valid": 1, "Smax_valid": 1})
     write_json(reports / "accuracy" / "metrics.json", {"ori_accuracy": 81.5, "note": "not a number"})
     write_json(reports / "score.json", {"final": 99.5, "C": 1.0, "invalid_levels": []})
     (reports / "bench" / "S1.jsonl").write_text('{"latency": 1}\n')
@@ -55,10 +55,12 @@ def test_one_run_with_params_metrics_artifacts_and_tags(project, monkeypatch):
 def test_recorded_durations_filter_by_model_and_speed_set(project):
     root, cfg = project
     log_pipeline_run(cfg, root / "reports", root / "params.yaml", speed_set_sha="abc")
-    write_json(root / "reports" / "bench" / "metrics.json", {"S1_duration_s": 1.0, "S8_duration_s": 9.0, "Smax_duration_s": 9.0, "valid": 1})
+    write_json(root / "reports" / "bench" / "metrics.json", {"S1_duration_s": 1.0, "S8_duration_s": 9.0, "Smax_duration_s": 9.0, "S1_valid": 1, "S8_valid": 1, "Smax_valid": 1})
     log_pipeline_run(cfg, root / "reports", root / "params.yaml", speed_set_sha="other-set")
+    write_json(root / "reports" / "bench" / "metrics.json", {"S1_duration_s": 0.5, "S8_duration_s": 0.5, "Smax_duration_s": 0.5, "S1_valid": 0, "S8_valid": 1, "Smax_valid": 1})
+    log_pipeline_run(cfg, root / "reports", root / "params.yaml", speed_set_sha="abc")
     found = recorded_durations(cfg, "abc")
-    assert found == [{"S1": 2.0, "S8": 3.0, "Smax": 4.0}]
+    assert found == [{"S1": 2.0, "S8": 3.0, "Smax": 4.0}]  # other speed set and invalid level left out
 
 
 def test_dvc_temp_copy_logs_into_the_owning_project(tmp_path, monkeypatch):

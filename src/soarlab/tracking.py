@@ -125,6 +125,7 @@ def recorded_durations(cfg: DictConfig, speed_set_sha: str, run_id: str | None =
     for run in runs:
         metrics = run.data.metrics
         durations = {level: metrics.get(f"bench.{level}_duration_s") for level in LEVELS}
-        if all(durations.values()) and metrics.get("bench.valid", 1.0) == 1.0:
+        valid = all(metrics.get(f"bench.{level}_valid") == 1.0 for level in LEVELS)
+        if all(durations.values()) and valid:
             found.append(durations)
     return found

@@ -35,6 +35,8 @@ _MCQ_PATTERNS = (  # in the order RULES.md 3 tries them
     re.compile(r"\\boxed\{\s*\\text\{\s*([A-D])\s*\}\s*\}", re.IGNORECASE),
     re.compile(r"\\boxed\{\s*([A-D])\s*\}", re.IGNORECASE),
 )
+# What soarlab's chat client returns in place of a generation when a request failed after its retries.
+FAILED_PREFIX = "\x00soarlab-request-failed\x00"
 # Field names a predictions file may use for the model output, tried in this order.
 PREDICTION_FIELDS = ("prediction", "pred", "response", "output", "model_output", "completion", "generated_text")
 

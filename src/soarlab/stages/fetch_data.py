@@ -9,34 +9,37 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from soarlab.accuracy.dataset import fetch_correctness_set
 from soarlab.atomic import atomic_path, write_jsonl
+from soarlab.datasets.soar import read_speed_set
 from soarlab.errors import SoarError
 from soarlab.paths import project_root
 
 
-def write_speed_set(dataset_cfg: DictConfig, model_dir: Path, dest: Path) -> None:
-    if dataset_cfg.source == "generated":
-        from transformers import AutoTokenizer
-
-        from soarlab.datasets.speed import make_speed_set
-
-        tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)
-        write_jsonl(dest, make_speed_set(tokenizer, dataset_cfg.profile, dataset_cfg.num_requests, dataset_cfg.seed))
-    elif dataset_cfg.source == "file":
+def write_speed_set(bench_cfg: DictConfig, model_dir: Path, dest: Path) -> None:
+    """Your file when bench.dataset.path is set, else a set generated for the model's tokenizer."""
+    dataset_cfg = bench_cfg.dataset
+    if dataset_cfg.path:
         src = Path(dataset_cfg.path)
         if not src.is_file():
             raise SoarError(f"speed set {src} not found", "set bench.dataset.path to an existing SOAR-format JSONL file")
+        read_speed_set(src)  # refuse a malformed file here, with its line number
         with atomic_path(dest) as tmp:
             shutil.copyfile(src, tmp)
-    else:
-        raise SoarError(f"unknown bench.dataset.source {dataset_cfg.source!r}", "use generated or file")
+        return
+    from soarlab.datasets.speed import load_tokenizer, make_speed_set
+
+    if dataset_cfg.profile not in bench_cfg.profiles:
+        raise SoarError(f"unknown speed-set profile {dataset_cfg.profile!r}", f"use one of {', '.join(bench_cfg.profiles)}")
+    profile = OmegaConf.to_container(bench_cfg.profiles[dataset_cfg.profile], resolve=True)
+    rows = make_speed_set(load_tokenizer(str(model_dir)), profile, dataset_cfg.num_requests, dataset_cfg.seed, progress=True)
+    write_jsonl(dest, rows)
 
 
 def run(cfg: DictConfig) -> None:
     root = project_root()
     data = root / cfg.paths.data
-    write_speed_set(cfg.bench.dataset, root / cfg.paths.base_model, data / "speed.jsonl")
+    write_speed_set(cfg.bench, root / cfg.paths.base_model, data / "speed.jsonl")
     fetch_correctness_set(cfg.eval.dataset, data / "correctness.jsonl")

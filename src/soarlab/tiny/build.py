@@ -2,9 +2,9 @@
 
 Deterministic for a given seed and machine. The tokenizer is a byte-level BPE trained on
 the embedded corpus (real text), with MiniCPM's special tokens and a ChatML chat template
-that honours `enable_thinking`. The weights are trained for a few hundred CPU steps on the
-corpus and on chat-formatted answers of the embedded correctness set, so the model
-answers part of it and quantization error shows up as lost accuracy, as on the real model.
+that honours `enable_thinking`. The weights are trained for a few hundred CPU steps on
+chat-formatted answers of the embedded correctness set, so the model answers it the way the
+accuracy stage asks, and quantization error shows up as lost accuracy, as on the real model.
 """
 
 from __future__ import annotations
@@ -82,35 +82,37 @@ def _train_tokenizer(vocab_size: int):
     )
 
 
-def _training_texts(tokenizer, qa_rows: Sequence[dict]) -> list[str]:
-    """Chat-formatted answers (what the accuracy stage asks) plus plain corpus paragraphs."""
-    texts = []
+def _training_pairs(tokenizer, qa_rows: Sequence[dict]) -> list[tuple[list[int], int]]:
+    """(token ids, prompt length) of each chat-formatted question with its answer as the accuracy stage asks it."""
+    pairs = []
     for row in qa_rows:
         gold = row["gold"]
         answer = f"ANSWER: {gold}" if row.get("task") == "mcq" else ", ".join(gold if isinstance(gold, list) else [gold])
         messages = [{"role": "user", "content": row["question"]}]
         prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=True)
-        texts.append(f"{prompt}<think>\n</think>\n{answer}<|im_end|>")
-    paragraphs = [p for p in CORPUS.read_text().split("\n\n") if len(p) > 200]
-    return texts + paragraphs[: max(len(texts), 32)]
+        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        answer_ids = tokenizer(f"<think>\n</think>\n{answer}<|im_end|>", add_special_tokens=False)["input_ids"]
+        pairs.append((prompt_ids + answer_ids, len(prompt_ids)))
+    return pairs
 
 
-def _train(model, tokenizer, texts: list[str], steps: int, seed: int, seq_len: int = 512, batch: int = 8) -> None:
+def _train(model, pairs: list[tuple[list[int], int]], steps: int, seed: int, pad_id: int, batch: int = 8) -> None:
+    """Teach the answers (loss on answer tokens only): a few hundred CPU steps memorize them."""
     import torch
     from tqdm import tqdm
 
     rng = random.Random(seed)
-    encoded = [tokenizer(t, add_special_tokens=False)["input_ids"][:seq_len] for t in texts]
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
     model.train()
     for _ in tqdm(range(steps), desc="training tiny model", unit="step", leave=False):
-        picked = [encoded[rng.randrange(len(encoded))] for _ in range(batch)]
-        width = max(map(len, picked))
-        ids = torch.full((batch, width), tokenizer.pad_token_id)
+        picked = [pairs[rng.randrange(len(pairs))] for _ in range(batch)]
+        width = max(len(ids) for ids, _ in picked)
+        ids = torch.full((batch, width), pad_id)
         labels = torch.full((batch, width), -100)
         mask = torch.zeros((batch, width), dtype=torch.long)
-        for i, seq in enumerate(picked):
-            ids[i, : len(seq)] = labels[i, : len(seq)] = torch.tensor(seq)
+        for i, (seq, prompt_len) in enumerate(picked):
+            ids[i, : len(seq)] = torch.tensor(seq)
+            labels[i, prompt_len : len(seq)] = torch.tensor(seq[prompt_len:])
             mask[i, : len(seq)] = 1
         loss = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False).loss
         opt.zero_grad()
@@ -161,8 +163,8 @@ def build_tiny_model(out_dir: str | Path, spec: dict, qa_rows: Sequence[dict] = 
         model = AutoModelForCausalLM.from_config(
             _load_config(tmp), trust_remote_code=True, dtype=torch.float32
         )
-        if spec["train_steps"]:
-            _train(model, tokenizer, _training_texts(tokenizer, qa_rows), spec["train_steps"], spec["seed"])
+        if spec["train_steps"] and qa_rows:
+            _train(model, _training_pairs(tokenizer, qa_rows), spec["train_steps"], spec["seed"], tokenizer.pad_token_id)
         model.to(torch.bfloat16).save_pretrained(tmp)
         # save_pretrained rewrites config.json from the class; keep the real schema (auto_map, fields) as written.
         (tmp / "config.json").write_text(json.dumps(config_dict, indent=2) + "\n")

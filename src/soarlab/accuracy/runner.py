@@ -1,0 +1,208 @@
+"""Run the SOAR correctness task, and standard lm-eval tasks, against a served engine via lm-eval's Python API.
+
+Correctness (RULES.md 3): `/v1/chat/completions`, one user message = question, temperature 0,
+max_tokens from config, the model's EOS tokens as stop strings, `chat_template_kwargs` (thinking
+on) in the request body, `num_concurrent` requests at once. lm-eval forwards generation kwargs it
+does not know (here `chat_template_kwargs`) into the request body, which is how they reach the server.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Mapping
+
+from soarlab.errors import SoarError
+
+log = logging.getLogger(__name__)
+TASKS_DIR = Path(__file__).parent / "lm_eval_tasks"
+CORRECTNESS_TASK = "soar_correctness"
+
+
+def api_root(base_url: str) -> str:
+    """'http://h:p', 'http://h:p/' or 'http://h:p/v1' -> 'http://h:p'."""
+    url = base_url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def _plain(value: Any) -> Any:
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(value, (DictConfig, ListConfig)):
+            return OmegaConf.to_container(value, resolve=True)
+    except ImportError:  # pragma: no cover
+        pass
+    return value
+
+
+def correctness_gen_kwargs(eval_cfg: Mapping, stop: list[str]) -> dict:
+    return {
+        "until": list(stop),
+        "max_gen_toks": int(eval_cfg["max_tokens"]),
+        "temperature": float(eval_cfg["temperature"]),
+        "do_sample": False,
+        "chat_template_kwargs": dict(_plain(eval_cfg["chat_template_kwargs"]) or {}),
+    }
+
+
+def _chat_model(base_url: str, model: str, eval_cfg: Mapping):
+    from soarlab.accuracy.client import SoarChatCompletion
+
+    return SoarChatCompletion(
+        base_url=f"{api_root(base_url)}/v1/chat/completions",
+        model=model,
+        num_concurrent=int(eval_cfg["num_concurrent"]),
+        retries=int(eval_cfg["retries"]),
+        retry_backoff_s=float(eval_cfg["retry_backoff_s"]),
+        timeout=int(eval_cfg["timeout_s"]),
+        max_gen_toks=int(eval_cfg["max_tokens"]),
+        seed=int(eval_cfg["seed"]),
+    )
+
+
+def _quiet_lm_eval() -> None:
+    for name in ("lm_eval", "lm-eval"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def run_correctness(
+    base_url: str, model: str, data_file: str | Path, model_dir: str | Path, eval_cfg: Mapping
+) -> tuple[list[dict], dict]:
+    """Generate for every row of `data_file` through lm-eval. Returns (predictions in file order, lm-eval metrics).
+
+    Each prediction is {"prediction": str, "failed": bool, "error": str|None}. Failed requests are kept.
+    """
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+    from lm_eval.tasks._yaml_loader import load_yaml  # lm-eval 0.4.13 (pinned); resolves `!function` hooks
+
+    from soarlab.accuracy.client import eos_stop_strings, parse_failed
+
+    _quiet_lm_eval()
+    stop = eos_stop_strings(model_dir)
+    manager = TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
+    entry = manager.task_index.get(CORRECTNESS_TASK)
+    if entry is None or entry.yaml_path is None:  # pragma: no cover - packaging error
+        raise SoarError(f"lm-eval task {CORRECTNESS_TASK} not found under {TASKS_DIR}", "reinstall soarlab (pip install -e .)")
+    task_cfg = load_yaml(entry.yaml_path, resolve_func=True)
+    task_cfg["dataset_kwargs"] = {"data_files": {"test": str(Path(data_file).resolve())}}
+    lm = _chat_model(base_url, model, eval_cfg)
+    results = lm_eval.simple_evaluate(
+        model=lm,
+        tasks=[task_cfg],
+        task_manager=manager,
+        apply_chat_template=True,
+        gen_kwargs=correctness_gen_kwargs(eval_cfg, stop),
+        log_samples=True,
+        bootstrap_iters=0,
+        limit=eval_cfg.get("limit"),
+    )
+    samples = sorted(results["samples"][CORRECTNESS_TASK], key=lambda s: s["doc_id"])
+    predictions = []
+    for sample in samples:
+        resp = sample["filtered_resps"][0]
+        text = resp[0] if isinstance(resp, list) else resp
+        failed, error = parse_failed(text)
+        predictions.append({"prediction": "" if failed or text is None else text, "failed": failed, "error": error})
+    metrics = {
+        key.split(",")[0]: value
+        for key, value in results["results"][CORRECTNESS_TASK].items()
+        if isinstance(value, (int, float)) and not key.endswith("_stderr,none") and "," in key
+    }
+    return predictions, {"metrics": metrics, "stop": stop, "gen_kwargs": correctness_gen_kwargs(eval_cfg, stop)}
+
+
+def _standard_task_manager():
+    """lm-eval's own task registry (standard tasks fetch their data sets from the Hugging Face hub)."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager()
+
+
+def supports_echo_logprobs(base_url: str, model: str, timeout: float = 60.0) -> tuple[bool, str]:
+    """Ask /v1/completions for prompt logprobs (echo); lm-eval's loglikelihood tasks need them."""
+    import requests
+
+    body = {"model": model, "prompt": "Hello world", "max_tokens": 1, "temperature": 0, "echo": True, "logprobs": 1}
+    try:
+        resp = requests.post(f"{api_root(base_url)}/v1/completions", json=body, timeout=timeout)
+    except requests.RequestException as exc:
+        return False, f"/v1/completions unreachable ({exc})"
+    if not resp.ok:
+        return False, f"/v1/completions answered HTTP {resp.status_code}"
+    try:
+        choice = resp.json()["choices"][0]
+        token_logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
+    except (ValueError, KeyError, IndexError, TypeError):
+        return False, "/v1/completions answered without choices"
+    if len(token_logprobs) < 2:
+        return False, "the server ignores echo/logprobs on /v1/completions (no prompt logprobs returned)"
+    return True, "ok"
+
+
+def run_standard_tasks(base_url: str, model: str, model_dir: str | Path, eval_cfg: Mapping, api: str) -> dict:
+    """eval.tasks (names of lm-eval tasks): generation tasks via chat completions, loglikelihood via completions.
+
+    Returns {task: {"status": "ok", "metrics": {...}} | {"status": "skipped", "reason": ...}}.
+    """
+    import lm_eval
+
+    names = list(_plain(eval_cfg.get("tasks")) or [])
+    if not names:
+        return {}
+    _quiet_lm_eval()
+    manager = _standard_task_manager()
+    out: dict[str, dict] = {}
+    echo_ok: tuple[bool, str] | None = None
+    for name in names:
+        try:
+            loaded = manager.load([name])
+        except Exception as exc:  # noqa: BLE001 - unknown task or its dataset unreachable: report, go on
+            out[name] = {"status": "skipped", "reason": f"lm-eval could not load it: {exc}"}
+            log.warning("standard task %s skipped: %s", name, exc)
+            continue
+        generative = all(t.get_config("output_type") == "generate_until" for t in loaded["tasks"].values())
+        if generative:
+            lm = _chat_model(base_url, model, eval_cfg)
+            kwargs = {"apply_chat_template": True}
+        else:
+            if echo_ok is None:
+                echo_ok = supports_echo_logprobs(base_url, model)
+            if not echo_ok[0]:
+                reason = (
+                    f"loglikelihood task needs prompt logprobs (echo) from /v1/completions, which this engine "
+                    f"({api}) does not give: {echo_ok[1]}; run it against SGLang, or pick a generation task"
+                )
+                out[name] = {"status": "skipped", "reason": reason}
+                log.warning("standard task %s skipped: %s", name, reason)
+                continue
+            from lm_eval.models.openai_completions import LocalCompletionsAPI
+
+            lm = LocalCompletionsAPI(
+                base_url=f"{api_root(base_url)}/v1/completions",
+                model=model,
+                tokenizer_backend="huggingface",
+                tokenizer=str(model_dir),
+                trust_remote_code=True,
+                num_concurrent=int(eval_cfg["num_concurrent"]),
+                max_retries=1 + int(eval_cfg["retries"]),
+                timeout=int(eval_cfg["timeout_s"]),
+            )
+            kwargs = {}
+        results = lm_eval.simple_evaluate(
+            model=lm,
+            tasks=[name],
+            task_manager=manager,
+            limit=eval_cfg.get("standard_limit"),
+            bootstrap_iters=0,
+            log_samples=False,
+            **kwargs,
+        )
+        metrics = {}
+        for task_name, values in results["results"].items():
+            for key, value in values.items():
+                if isinstance(value, (int, float)) and "_stderr" not in key and "," in key:
+                    metrics[f"{task_name}.{key.split(',')[0]}" if task_name != name else key.split(",")[0]] = value
+        out[name] = {"status": "ok", "metrics": metrics}
+    return out

@@ -1,0 +1,118 @@
+"""`soarlab bench --url URL --dataset FILE --level S1|S8|Smax`: one level against any running server.
+
+The API is SGLang native (/generate) or OpenAI (/v1/completions); `--api auto` probes
+GET /get_model_info (or /server_info): answered means SGLang, else OpenAI. The tokenizer that
+defines output lengths is `--tokenizer`, else the one the server names.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from soarlab.errors import SoarError
+
+
+def _get_json(url: str, timeout: float = 10.0):
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return json.loads(resp.read() or b"null")
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def _reachable(base_url: str) -> bool:
+    for path in ("/health", "/v1/models", "/get_model_info"):
+        try:
+            with urllib.request.urlopen(base_url + path, timeout=10):
+                return True
+        except urllib.error.HTTPError:
+            return True  # it answered
+        except (urllib.error.URLError, OSError):
+            continue
+    return False
+
+
+def probe_api(base_url: str) -> str:
+    """sglang if the server answers SGLang's info endpoints, else openai."""
+    for path in ("/get_model_info", "/server_info", "/get_server_info"):
+        if _get_json(base_url + path) is not None:
+            return "sglang"
+    return "openai"
+
+
+def server_model(base_url: str, api: str) -> str | None:
+    if api == "sglang":
+        info = _get_json(base_url + "/get_model_info") or {}
+        return info.get("tokenizer_path") or info.get("model_path")
+    models = (_get_json(base_url + "/v1/models") or {}).get("data") or []
+    return models[0]["id"] if models else None
+
+
+def prepare(dataset: str | Path, tokenizer, bench) -> tuple[list, dict]:
+    """Read the speed set, build the requests in send order, and describe the set for the report."""
+    from soarlab.bench.requests import build_requests
+    from soarlab.datasets.soar import read_speed_set
+
+    rows = read_speed_set(dataset)
+    requests, dropped = build_requests(
+        rows, tokenizer, seed=int(bench.seed), min_tokens=int(bench.min_tokens),
+        apply_chat_template=bool(bench.apply_chat_template),
+    )
+    if not requests:
+        raise SoarError(
+            f"every row of {dataset} is under {bench.min_tokens} tokens of prompt or output",
+            "use a speed set with longer questions and model responses",
+        )
+    info = {
+        "path": str(dataset), "rows": len(rows), "requests": len(requests), "dropped_rows": len(dropped),
+        "dropped": dropped[:50], "input_tokens": sum(r.prompt_len for r in requests),
+        "output_tokens": sum(r.output_len for r in requests),
+    }
+    return requests, info
+
+
+def bench_cli(args) -> int:
+    from soarlab.bench.report import write_level, write_summary
+    from soarlab.bench.runner import Target, run_level
+    from soarlab.config import compose
+    from soarlab.datasets.speed import load_tokenizer
+
+    bench = compose(args.overrides).bench
+    base_url = args.url.rstrip("/")
+    if not _reachable(base_url):
+        raise SoarError(f"no server answers at {base_url}", "start the server first, or fix --url")
+    api = probe_api(base_url) if args.api == "auto" else args.api
+    named = server_model(base_url, api)
+    tok_name = args.tokenizer or named
+    if not tok_name:
+        raise SoarError("the server does not name its tokenizer", "pass --tokenizer MODEL_DIR")
+    tokenizer = load_tokenizer(tok_name)
+    if args.level not in bench.levels:
+        raise SoarError(f"level {args.level} is not in bench.levels", f"use one of {', '.join(bench.levels)}")
+    requests, info = prepare(args.dataset, tokenizer, bench)
+    model = bench.model or (named if api == "openai" else None)
+    target = Target(base_url, api, model=model, supports_ignore_eos=(api == "sglang"))
+    report, rows = run_level(target, requests, args.level, bench.levels[args.level], bench, tokenizer, info)
+    write_level(args.output_dir, report, rows)
+    write_summary(args.output_dir, make_plot=bool(bench.plot))
+    _print(report, args.output_dir)
+    return 0 if report["valid"] else 1
+
+
+def _print(report: dict, output_dir) -> None:
+    d = report.get("diagnostics") or {}
+    name = report["level"]
+    if report["valid"]:
+        spread = "" if report["spread_s"] is None else f" (spread {report['spread_s']:.2f} s over {report['repeats']} runs)"
+        print(f"{name}: benchmark duration {report['duration_s']:.2f} s{spread}, "
+              f"{d.get('request_throughput', 0):.2f} req/s, mean TTFT {(d.get('ttft_ms') or {}).get('mean') or 0:.1f} ms"
+              f" -> {output_dir}/{name}.json")
+    else:
+        print(f"{name}: INVALID, not scored: " + " | ".join(report["invalid_reasons"]))
+    if report["dataset"].get("dropped_rows"):
+        print(f"{report['dataset']['dropped_rows']} rows dropped (prompt or output under {report['method']['min_tokens']} tokens)")
+    for note in report.get("notes", []):
+        print(f"note: {note}")

@@ -1,0 +1,225 @@
+"""A local streaming LLM server that answers at once: SGLang native (/generate) or OpenAI (/v1/completions).
+
+Used by the tests (faults on demand, in-flight counting) and by scripts/bench_client.py (client
+overhead). It generates no text worth reading: token i is the word "tok". Token counts follow
+the request exactly (`max_new_tokens` / `max_tokens`), as a server honouring ignore_eos does.
+
+OpenAI mode behaves like `transformers serve`: unknown fields (e.g. `ignore_eos`) are rejected
+with HTTP 422, `generation_config` (a JSON string) is honoured, and without either the answer
+stops early at an "EOS" after `eos_after` tokens. The final chunk carries `usage`.
+
+Faults: `fault(payload) -> None | "http500" | "drop" | "hang" | "short"`.
+
+Run standalone (scripts/bench_client.py does): `python -m soarlab.bench.loopback --api sglang --port 0`
+prints `PORT <n>` once listening.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import threading
+import time
+from typing import Callable
+
+from aiohttp import web
+
+OPENAI_FIELDS = {"model", "prompt", "temperature", "max_tokens", "stream", "generation_config", "seed", "top_p",
+                 "stop", "frequency_penalty", "stream_options", "n", "best_of", "user"}
+
+
+STATS = web.AppKey("stats", object)
+
+
+class Stats:
+    def __init__(self):
+        self.inflight = 0
+        self.max_inflight = 0
+        self.requests = 0
+        self.flushes = 0
+        self.payloads: list[dict] = []
+        self.handler_s = 0.0  # time spent inside request handlers (what the server itself costs)
+        self.stop = asyncio.Event()  # set on shutdown: releases "hang" handlers
+
+
+def _sglang_chunks(n: int, prompt_tokens: int, short: bool) -> list[bytes]:
+    out = []
+    count = n - 1 if short else n
+    text = ""
+    for i in range(1, count + 1):
+        text += "tok "
+        finish = '{"type": "length", "length": %d}' % n if i == count else "null"
+        out.append(
+            b'data: {"text": "%s", "meta_info": {"id": "lb", "prompt_tokens": %d, "completion_tokens": %d, '
+            b'"finish_reason": %s}, "index": 0}\n\n' % (text.encode(), prompt_tokens, i, finish.encode())
+        )
+    out.append(b"data: [DONE]\n\n")
+    return out
+
+
+def _openai_chunks(n: int, prompt_tokens: int, model: str, done_marker: bool) -> list[bytes]:
+    head = b'data: {"id":"lb","object":"text_completion","created":0,"model":"%s","choices":[{"text":"' % model.encode()
+    out = [head + b'tok ","index":0}]}\n\n' for _ in range(n)]
+    usage = b'{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}' % (prompt_tokens, n, prompt_tokens + n)
+    out.append(head + b'","index":0,"finish_reason":"length"}],"usage":' + usage + b"}\n\n")
+    if done_marker:
+        out.append(b"data: [DONE]\n\n")
+    return out
+
+
+def make_app(
+    api: str = "sglang",
+    model: str = "loopback",
+    token_delay_s: float = 0.0,
+    fault: Callable[[dict], str | None] | None = None,
+    eos_after: int = 3,
+    done_marker: bool = True,
+    stats: Stats | None = None,
+) -> web.Application:
+    stats = stats or Stats()
+    app = web.Application()
+    app[STATS] = stats
+
+    async def stream(request: web.Request, chunks: list[bytes], mode: str | None) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        if token_delay_s <= 0 and mode != "drop":
+            await resp.write(b"".join(chunks))
+        else:
+            for i, chunk in enumerate(chunks):
+                if mode == "drop" and i == len(chunks) // 2:
+                    request.transport.close()  # the connection goes away mid-stream
+                    return resp
+                if token_delay_s > 0:
+                    await asyncio.sleep(token_delay_s)
+                await resp.write(chunk)
+        await resp.write_eof()
+        return resp
+
+    async def generate(request: web.Request):
+        t0 = time.perf_counter()
+        stats.requests += 1
+        stats.inflight += 1
+        stats.max_inflight = max(stats.max_inflight, stats.inflight)
+        try:
+            payload = await request.json()
+            stats.payloads.append(payload)
+            mode = fault(payload) if fault else None
+            if mode == "http500":
+                return web.json_response({"error": "injected failure"}, status=500)
+            if mode == "hang":
+                await stats.stop.wait()
+                return web.json_response({"error": "shutting down"}, status=503)
+            if api == "sglang":
+                sp = payload.get("sampling_params") or {}
+                n = int(sp.get("max_new_tokens", 16))
+                if not sp.get("ignore_eos"):
+                    n = min(n, eos_after)
+                chunks = _sglang_chunks(n, len(payload.get("text", "").split()), mode == "short")
+            else:
+                unknown = set(payload) - OPENAI_FIELDS
+                if unknown:
+                    return web.json_response({"detail": f"Unexpected fields in the request: {unknown}"}, status=422)
+                n = int(payload.get("max_tokens") or 16)
+                if payload.get("generation_config"):
+                    gc = json.loads(payload["generation_config"])
+                    n = int(gc.get("max_new_tokens", n))
+                    if int(gc.get("min_new_tokens", 0)) < n:
+                        n = min(n, eos_after)
+                else:
+                    n = min(n, eos_after)
+                if mode == "short":
+                    n -= 1
+                chunks = _openai_chunks(n, len(str(payload.get("prompt", "")).split()), model, done_marker)
+            return await stream(request, chunks, mode)
+        finally:
+            stats.inflight -= 1
+            stats.handler_s += time.perf_counter() - t0
+
+    async def flush(_request):
+        stats.flushes += 1
+        return web.Response(text="Cache flushed.\n")
+
+    async def model_info(_request):
+        return web.json_response({"model_path": model, "tokenizer_path": model, "is_generation": True})
+
+    async def server_info(_request):
+        return web.json_response({"internal_states": [{}]})
+
+    async def models(_request):
+        return web.json_response({"object": "list", "data": [{"id": model, "object": "model"}]})
+
+    async def health(_request):
+        return web.Response(text="ok")
+
+    async def get_stats(_request):
+        return web.json_response({k: v for k, v in vars(stats).items() if isinstance(v, (int, float))})
+
+    app.router.add_get("/health", health)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/stats", get_stats)
+    if api == "sglang":
+        app.router.add_post("/generate", generate)
+        app.router.add_post("/flush_cache", flush)
+        app.router.add_get("/get_model_info", model_info)
+        app.router.add_get("/get_server_info", server_info)
+        app.router.add_get("/server_info", server_info)
+    else:
+        app.router.add_post("/v1/completions", generate)
+    return app
+
+
+class LoopbackServer:
+    """The app on 127.0.0.1 in a background thread (its own event loop). `with LoopbackServer(...) as s: s.base_url`."""
+
+    def __init__(self, **app_kwargs):
+        self._loop = asyncio.new_event_loop()
+        self.stats = Stats()
+        self.app = make_app(stats=self.stats, **app_kwargs)
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self.base_url = ""
+
+    def __enter__(self) -> "LoopbackServer":
+        self._thread.start()
+        self._runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=0.5)
+        asyncio.run_coroutine_threadsafe(self._runner.setup(), self._loop).result()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        asyncio.run_coroutine_threadsafe(site.start(), self._loop).result()
+        port = site._server.sockets[0].getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{port}"
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self.stats.stop.set)
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--api", choices=("sglang", "openai"), default="sglang")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--model", default="loopback")
+    p.add_argument("--token-delay-s", type=float, default=0.0)
+    args = p.parse_args(argv)
+
+    async def serve():
+        runner = web.AppRunner(make_app(args.api, args.model, args.token_delay_s), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", args.port, backlog=4096)
+        await site.start()
+        print(f"PORT {site._server.sockets[0].getsockname()[1]}", flush=True)
+        await asyncio.Event().wait()
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

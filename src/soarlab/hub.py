@@ -1,0 +1,138 @@
+"""Download the real model at a pinned revision: Hugging Face, ModelScope, or a local copy.
+
+Downloads go into a staging folder beside the target (`.base.download/`), which a rerun
+resumes; only a complete, validated download is renamed into place, so `models/base` is never
+half-written.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from soarlab.errors import SoarError
+
+SOURCES = ("huggingface", "modelscope", "local")
+
+
+def validate_model_dir(path: str | Path) -> Path:
+    """A model folder must at least hold config.json."""
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise SoarError(
+            f"model directory {path} has no config.json",
+            "point it at a complete checkpoint (config.json, tokenizer, *.safetensors), or rerun "
+            "`soarlab stage fetch-model` to finish the download",
+        )
+    return path
+
+
+def _network_fix(target: Path) -> str:
+    return (
+        "check the network; behind a mirror set HF_ENDPOINT (e.g. HF_ENDPOINT=https://hf-mirror.com); "
+        "or download from ModelScope with model.source=modelscope; or copy a downloaded model in with "
+        f"model.source=local +model.local_path=/path/to/MiniCPM-SALA (it becomes {target}); "
+        "a rerun resumes a partial download"
+    )
+
+
+def download_huggingface(repo_id: str, revision: str, local_dir: Path, target: Path) -> Path:
+    """snapshot_download into `local_dir` (resumable, with progress bars)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    from huggingface_hub import constants
+
+    endpoint = constants.ENDPOINT  # HF_ENDPOINT, read by huggingface_hub
+    network_errors: tuple[type[BaseException], ...] = (HfHubHTTPError, LocalEntryNotFoundError, OSError, TimeoutError)
+    for http_lib in ("httpx2", "httpx", "requests"):  # whichever HTTP client this huggingface_hub uses
+        try:
+            module = __import__(http_lib)
+        except ImportError:
+            continue
+        base = getattr(module, "HTTPError", None) or getattr(getattr(module, "exceptions", None), "RequestException", None)
+        if isinstance(base, type) and issubclass(base, BaseException):
+            network_errors += (base,)
+    try:
+        path = snapshot_download(repo_id=repo_id, revision=revision, local_dir=str(local_dir))
+    except GatedRepoError:
+        raise SoarError(f"{repo_id} on {endpoint} is gated", "accept its license on the hub and log in (`hf auth login`)") from None
+    except RevisionNotFoundError:
+        raise SoarError(f"revision {revision!r} not found in {repo_id} on {endpoint}", "fix model.revision (a commit sha or branch)") from None
+    except RepositoryNotFoundError:
+        raise SoarError(f"repository {repo_id} not found on {endpoint}", "fix model.repo_id, or log in (`hf auth login`) if it is private") from None
+    except network_errors as exc:
+        detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise SoarError(f"cannot download {repo_id}@{revision} from {endpoint} ({detail})", _network_fix(target)) from None
+    return Path(path)
+
+
+def download_modelscope(model_id: str, revision: str | None, local_dir: Path, target: Path) -> Path:
+    try:
+        from modelscope import snapshot_download
+    except ImportError:
+        raise SoarError(
+            "model.source=modelscope needs the modelscope package, which is not installed",
+            "pip install 'soarlab[modelscope]'",
+        ) from None
+    try:
+        kwargs = {"revision": revision} if revision else {}
+        path = snapshot_download(model_id, local_dir=str(local_dir), **kwargs)
+    except (OSError, TimeoutError, ValueError, RuntimeError) as exc:  # modelscope wraps requests errors variously
+        detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise SoarError(f"cannot download {model_id} from ModelScope ({detail})", _network_fix(target)) from None
+    return Path(path)
+
+
+def copy_local(source: Path, local_dir: Path) -> Path:
+    source = Path(source).expanduser().resolve()
+    validate_model_dir(source)
+    shutil.copytree(source, local_dir, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".cache", ".git"))
+    return local_dir
+
+
+def _replace_dir(src: Path, target: Path) -> None:
+    """Rename a finished folder into place (the old one, if any, is removed afterwards)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists():
+        old = target.with_name(f".{target.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(target, old)
+        os.replace(src, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(src, target)
+
+
+def fetch_model(model_cfg, target: str | Path) -> Path:
+    """Download/copy the model named by the `model` config section into `target`; returns it."""
+    from omegaconf import OmegaConf
+
+    target = Path(target)
+    source = str(model_cfg.source)
+    staging = target.with_name(f".{target.name}.download")
+    staging.mkdir(parents=True, exist_ok=True)
+    if source == "huggingface":
+        download_huggingface(str(model_cfg.repo_id), str(model_cfg.revision), staging, target)
+    elif source == "modelscope":
+        revision = OmegaConf.select(model_cfg, "modelscope_revision", default=None)
+        download_modelscope(str(model_cfg.modelscope_id), revision, staging, target)
+    elif source == "local":
+        local_path = OmegaConf.select(model_cfg, "local_path", default=None)
+        if not local_path:
+            raise SoarError("model.source=local needs model.local_path", "add +model.local_path=/path/to/model")
+        copy_local(Path(local_path), staging)
+    else:
+        raise SoarError(f"unknown model.source {source!r}", f"use one of embedded, {', '.join(SOURCES)}")
+    validate_model_dir(staging)
+    # the hub's resume metadata stays out of the model folder
+    shutil.rmtree(staging / ".cache", ignore_errors=True)
+    _replace_dir(staging, target)
+    return target

@@ -1,0 +1,232 @@
+"""`soarlab check-checkpoint DIR`: refuse a checkpoint that would cost a submission (RULES.md 7).
+
+Checks, each problem reported on one line:
+- config.json: quantization_config is GPTQ, symmetric (also in every `dynamic` override), bits 4/8,
+  checkpoint format v1 (`gptq`), desc_act matches g_idx; `dtype` bfloat16; no `auto_map.AutoConfig`;
+  the remote model code auto_map names is present;
+- tensors: excluded modules (o_gate, z_proj, embeddings, lm_head: `quant.exclude`) have no qweight;
+  every decoder linear is either quantized or excluded by a `-:` dynamic entry (else SGLang expects
+  a qweight that is not there); qweight/qzeros/scales/g_idx shapes agree with the bits and group
+  size that apply to the module and with config.json's sizes; Marlin tile sizes (in % 128, out % 64);
+  the packed zero points are 2^(bits-1)-1 (v1 of 2^(bits-1), the bias Marlin applies); scales finite;
+  non-quantized float tensors bf16;
+- files: weights, tokenizer, chat template and generation config present.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Iterable
+
+from soarlab.errors import SoarError
+from soarlab.quant.definition import LAYER_LINEARS
+
+MARLIN_BITS = (4, 8)
+MARLIN_MIN_K, MARLIN_MIN_N = 128, 64  # gptq_marlin tile sizes: in_features % 128, out_features % 64
+_LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
+
+
+def _default_exclude() -> list[str]:
+    """quant.exclude of the project's default preset (facts live in conf/, not in code)."""
+    try:
+        from soarlab.config import compose
+
+        return list(compose().quant.exclude)
+    except SoarError:
+        from omegaconf import OmegaConf
+
+        conf = Path(__file__).resolve().parents[3] / "conf" / "quant" / "gptq_w4.yaml"
+        if conf.is_file():
+            return list(OmegaConf.load(conf).exclude)
+        raise
+
+
+def dynamic_override(dynamic: dict | None, name: str):
+    """SGLang's/GPTQModel's reading: first key that re.match-es wins; `-:` -> False (unquantized)."""
+    for key, value in (dynamic or {}).items():
+        if key.startswith("-:"):
+            if re.match(key[2:], name):
+                return False
+        elif re.match(key[2:] if key.startswith("+:") else key, name):
+            return value
+    return None
+
+
+def _expected_dims(leaf: str, config: dict) -> tuple[int | None, int | None]:
+    """(in, out) config.json implies for a decoder linear, None where it depends on the mixer."""
+    h, inter = config.get("hidden_size"), config.get("intermediate_size")
+    return {
+        "mlp.gate_proj": (h, inter), "mlp.up_proj": (h, inter), "mlp.down_proj": (inter, h),
+        "self_attn.q_proj": (h, None), "self_attn.k_proj": (h, None), "self_attn.v_proj": (h, None),
+        "self_attn.o_gate": (h, None), "self_attn.z_proj": (h, None), "self_attn.o_proj": (None, h),
+    }.get(leaf, (None, None))
+
+
+def check_checkpoint(model_dir: str | Path, exclude: Iterable[str] | None = None) -> list[str]:
+    """All problems found in `model_dir` (empty list: ready to serve with --quantization gptq_marlin)."""
+    import torch
+    from safetensors import safe_open
+
+    from soarlab.quant.packing import unpack_cols
+
+    d = Path(model_dir)
+    if not d.is_dir():
+        raise SoarError(f"{d} is not a directory", "pass the quantized model directory")
+    problems: list[str] = []
+    cfg_path = d / "config.json"
+    if not cfg_path.is_file():
+        return [f"config.json missing in {d}"]
+    config = json.loads(cfg_path.read_text())
+    exclude = [re.compile(p) for p in (exclude if exclude is not None else _default_exclude())]
+
+    # --- config.json
+    auto_map = config.get("auto_map") or {}
+    if "AutoConfig" in auto_map:
+        problems.append("config.json auto_map.AutoConfig is present: SGLang would use the remote config class (remove it)")
+    for cls, ref in auto_map.items():
+        module = ref.split("--")[-1].rsplit(".", 1)[0]
+        if not (d / f"{module}.py").is_file():
+            problems.append(f"config.json auto_map.{cls} names {module}.py, which is missing")
+    dtype = config.get("dtype") or config.get("torch_dtype")
+    if dtype != "bfloat16":
+        problems.append(f"config.json dtype is {dtype!r}, not bfloat16 (serve Marlin checkpoints in bf16)")
+    qc = config.get("quantization_config")
+    quantized = qc is not None
+    bits = group_size = None
+    dynamic: dict = {}
+    fmt_version = 1
+    if quantized:
+        method = str(qc.get("quant_method", qc.get("method", ""))).lower()
+        if method != "gptq":
+            problems.append(f"quantization_config.quant_method is {method!r}, not gptq")
+        bits, group_size = qc.get("bits"), qc.get("group_size")
+        if bits not in MARLIN_BITS:
+            problems.append(f"quantization_config.bits is {bits!r}; gptq_marlin serves 4 or 8")
+        if qc.get("sym") is not True:
+            problems.append(f"quantization_config.sym is {qc.get('sym')!r}: gptq_marlin requires symmetric quantization")
+        fmt = qc.get("checkpoint_format", qc.get("format", "gptq"))
+        if fmt != "gptq":
+            problems.append(f"quantization_config.checkpoint_format is {fmt!r}; SGLang reads GPTQ v1 (`gptq`) zero points")
+            fmt_version = 2 if fmt == "gptq_v2" else 1
+        dynamic = qc.get("dynamic") or {}
+        for key, override in dynamic.items():
+            if not (key.startswith("+:") or key.startswith("-:")):
+                problems.append(f"quantization_config.dynamic key {key!r} lacks a +: or -: prefix")
+            if isinstance(override, dict):
+                if override.get("sym") is False:
+                    problems.append(f"quantization_config.dynamic {key!r} sets sym=false: gptq_marlin requires symmetric")
+                if override.get("bits", 4) not in MARLIN_BITS:
+                    problems.append(f"quantization_config.dynamic {key!r} sets bits={override.get('bits')}; gptq_marlin serves 4 or 8")
+            try:
+                re.compile(key[2:])
+            except re.error:
+                problems.append(f"quantization_config.dynamic key {key!r} is not a valid regex")
+
+    # --- files
+    if not any((d / n).is_file() for n in ("tokenizer.json", "tokenizer.model")):
+        problems.append("no tokenizer (tokenizer.json / tokenizer.model)")
+    tok_cfg = json.loads((d / "tokenizer_config.json").read_text()) if (d / "tokenizer_config.json").is_file() else {}
+    if not ((d / "chat_template.jinja").is_file() or tok_cfg.get("chat_template")):
+        problems.append("no chat template (chat_template.jinja or tokenizer_config.json chat_template)")
+    if not (d / "generation_config.json").is_file():
+        problems.append("generation_config.json missing")
+    files = sorted(d.glob("*.safetensors"))
+    if not files:
+        problems.append("no *.safetensors weights")
+        return problems
+
+    # --- tensors
+    tensors: dict[str, tuple[Path, str]] = {}
+    for f in files:
+        with safe_open(str(f), framework="pt") as h:
+            for k in h.keys():
+                tensors[k] = (f, k)
+
+    def load(key):
+        with safe_open(str(tensors[key][0]), framework="pt") as h:
+            return h.get_tensor(key)
+
+    qmodules = sorted(k[: -len(".qweight")] for k in tensors if k.endswith(".qweight"))
+    if qmodules and not quantized:
+        problems.append(f"{len(qmodules)} modules have qweight but config.json has no quantization_config")
+    for name in qmodules:
+        if any(p.fullmatch(name) for p in exclude):
+            problems.append(f"{name} is quantized but must stay unquantized (quant.exclude)")
+    linears = sorted(k[: -len(".weight")] for k in tensors
+                     if k.endswith(".weight") and (m := _LAYER_RE.match(k[: -len('.weight')])) and m.group(2) in LAYER_LINEARS)
+    if quantized:
+        for name in linears:
+            if dynamic_override(dynamic, name) is not False:
+                problems.append(f"{name} is stored bf16 but quantization_config does not exclude it (no -: dynamic entry): SGLang would expect a qweight")
+    for name in qmodules:
+        if quantized and dynamic_override(dynamic, name) is False:
+            problems.append(f"{name} is quantized but quantization_config.dynamic excludes it")
+        override = dynamic_override(dynamic, name) or {}
+        b = override.get("bits", bits) if isinstance(override, dict) else bits
+        g = override.get("group_size", group_size) if isinstance(override, dict) else group_size
+        if b not in MARLIN_BITS:
+            continue  # reported above
+        missing = [s for s in ("qzeros", "scales", "g_idx") if f"{name}.{s}" not in tensors]
+        if missing:
+            problems.append(f"{name}: missing {', '.join(missing)}")
+            continue
+        qweight, qzeros, scales, g_idx = (load(f"{name}.{s}") for s in ("qweight", "qzeros", "scales", "g_idx"))
+        if qweight.dtype != torch.int32 or qzeros.dtype != torch.int32:
+            problems.append(f"{name}: qweight/qzeros are {qweight.dtype}/{qzeros.dtype}, not int32")
+            continue
+        in_f, out_f = qweight.shape[0] * 32 // b, qweight.shape[1]
+        gs = in_f if g in (-1, None) else g
+        groups = -(-in_f // gs)
+        m = _LAYER_RE.match(name)
+        exp_in, exp_out = _expected_dims(m.group(2), config) if m else (None, None)
+        if (exp_in and exp_in != in_f) or (exp_out and exp_out != out_f):
+            problems.append(f"{name}: qweight {tuple(qweight.shape)} at {b} bits means [{in_f} in, {out_f} out], config.json says [{exp_in} in, {exp_out} out] (wrong bits recorded?)")
+            continue
+        if in_f % gs:
+            problems.append(f"{name}: {in_f} input features not divisible by group size {gs}")
+        if in_f % MARLIN_MIN_K or out_f % MARLIN_MIN_N:
+            problems.append(f"{name}: [{in_f} in, {out_f} out] does not fit gptq_marlin tiles (in % {MARLIN_MIN_K}, out % {MARLIN_MIN_N})")
+        expect = {"scales": (groups, out_f), "qzeros": (groups, out_f * b // 32), "g_idx": (in_f,)}
+        bad_shape = False
+        for s, t in (("scales", scales), ("qzeros", qzeros), ("g_idx", g_idx)):
+            if tuple(t.shape) != expect[s]:
+                problems.append(f"{name}.{s} shape {tuple(t.shape)}, expected {expect[s]} for {b} bits, group size {gs}")
+                bad_shape = True
+        if bad_shape:
+            continue
+        if not torch.isfinite(scales.float()).all():
+            problems.append(f"{name}.scales has NaN or inf")
+        if scales.dtype not in (torch.float16, torch.bfloat16):
+            problems.append(f"{name}.scales dtype {scales.dtype}, expected float16/bfloat16")
+        stored_zero = (1 << (b - 1)) - (1 if fmt_version == 1 else 0)
+        zeros = unpack_cols(qzeros, b)
+        if not bool((zeros == stored_zero).all()):
+            found = sorted(set(zeros.flatten().tolist()))[:6]
+            problems.append(f"{name}.qzeros hold {found}, expected all {stored_zero} (symmetric {b}-bit, GPTQ v1: Marlin applies a fixed zero of {1 << (b - 1)})")
+        if not qc or not qc.get("desc_act"):
+            trivial = torch.arange(in_f, dtype=torch.int64) // gs
+            if not torch.equal(g_idx.long(), trivial):
+                problems.append(f"{name}.g_idx is not i // group_size although desc_act is false (Marlin would misread groups)")
+    for key in tensors:
+        if key.rsplit(".", 1)[-1] in ("qweight", "qzeros", "scales", "g_idx"):
+            continue
+        with safe_open(str(tensors[key][0]), framework="pt") as h:
+            t = h.get_slice(key)
+            dt = t.get_dtype()
+        if dt in ("F16", "F32", "F64"):
+            problems.append(f"{key} is {dt}, expected BF16")
+    return problems
+
+
+def check_checkpoint_cli(args) -> int:
+    problems = check_checkpoint(args.dir)
+    if problems:
+        for p in problems:
+            print(f"problem: {p}")
+        print(f"{args.dir}: {len(problems)} problem(s); not ready to serve", file=sys.stderr)
+        return 1
+    print(f"{args.dir}: ok (RULES.md 7 checks passed)")
+    return 0

@@ -1,0 +1,199 @@
+"""Quantize a MiniCPM-SALA checkpoint into a directory SGLang serves with --quantization gptq_marlin.
+
+`quantize_checkpoint(input, output, qcfg)`:
+1. resolve the rules into a plan and GPTQModel's `dynamic` (soarlab.quant.rules);
+2. GPTQ (calibrated) or RTN through GPTQModel with our `minicpm_sala` definition, or for `none`
+   a hard-linked/copied base model;
+3. post-process: drop `auto_map.AutoConfig` (RULES.md 7), keep the remote code files,
+   `auto_map.AutoModelForCausalLM`, tokenizer, chat template and generation config, `dtype` bf16;
+4. run the validator (soarlab.quant.check) on the result; any problem fails the job;
+5. measure the report (soarlab.quant.report).
+Everything is written into a temporary directory renamed into place at the end (atomic_dir):
+an interrupt, a full disk or a failed check leaves no output that looks valid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from soarlab.atomic import atomic_dir
+from soarlab.errors import SoarError
+
+WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.bin.index.json", "*.pt", "*.pth")
+
+
+def _cpu_workers() -> None:
+    """GPTQModel on CPU needs GPTQMODEL_CPU_WORKERS (its worker pool size); default: usable cores."""
+    if "GPTQMODEL_CPU_WORKERS" not in os.environ:
+        try:
+            n = len(os.sched_getaffinity(0))
+        except AttributeError:  # pragma: no cover - non-Linux
+            n = os.cpu_count() or 1
+        os.environ["GPTQMODEL_CPU_WORKERS"] = str(n)
+
+
+def _calibration_settings(qcfg, model_name: str | None) -> dict[str, Any]:
+    cal = qcfg.calibration
+    settings = {k: cal[k] for k in ("source", "num_samples", "seq_len", "batch_size", "seed")}
+    per_model = cal.get("per_model") or {}
+    if model_name and model_name in per_model:
+        settings.update(dict(per_model[model_name]))
+    return settings
+
+
+def _is_weight(path: Path) -> bool:
+    return any(path.match(p) for p in WEIGHT_FILES)
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _copy_side_files(src: Path, dst: Path) -> list[str]:
+    """Tokenizer, chat template, generation config, remote code: whatever the output lacks."""
+    copied = []
+    for f in sorted(src.iterdir()):
+        if f.is_file() and not _is_weight(f) and f.name != "config.json" and not (dst / f.name).exists():
+            shutil.copy2(f, dst / f.name)
+            copied.append(f.name)
+    return copied
+
+
+def _fix_config(out_dir: Path, base_config: dict, qcfg) -> None:
+    path = out_dir / "config.json"
+    config = json.loads(path.read_text()) if path.is_file() else dict(base_config)
+    auto_map = dict(config.get("auto_map") or base_config.get("auto_map") or {})
+    auto_map.pop("AutoConfig", None)  # RULES.md 7: SGLang must use its own config class
+    if auto_map:
+        config["auto_map"] = auto_map
+    else:
+        config.pop("auto_map", None)
+    config["dtype"] = "bfloat16"
+    config.pop("torch_dtype", None)
+    qc = config.get("quantization_config")
+    if qc is not None:
+        qc["checkpoint_format"] = qc.get("checkpoint_format", qcfg.checkpoint_format)
+        meta = qc.get("meta") or {}
+        meta.pop("offload_to_disk_path", None)  # a temp path of the quantizing machine
+        meta["soarlab_preset"] = str(qcfg.name)
+    path.write_text(json.dumps(config, indent=2) + "\n")
+    qpath = out_dir / "quantize_config.json"
+    if qpath.is_file():  # keep GPTQModel's copy consistent with config.json
+        q = json.loads(qpath.read_text())
+        (q.get("meta") or {}).pop("offload_to_disk_path", None)
+        qpath.write_text(json.dumps(q, indent=2) + "\n")
+
+
+def _gptq(input_dir: Path, out_dir: Path, qcfg, plan, cal: dict, samples: list[dict]) -> None:
+    _cpu_workers()
+    import torch
+    from gptqmodel import GPTQModel, QuantizeConfig
+    from gptqmodel.quantization.config import RTNConfig
+
+    from soarlab.quant.definition import register
+
+    register()
+    common = dict(
+        bits=int(qcfg.bits), group_size=int(qcfg.group_size), sym=bool(qcfg.sym), desc_act=bool(qcfg.desc_act),
+        dynamic=plan.dynamic or None, offload_to_disk=bool(qcfg.offload_to_disk), format=str(qcfg.checkpoint_format),
+    )
+    if qcfg.method == "rtn":
+        config = RTNConfig(**common)
+    else:
+        config = QuantizeConfig(**common, damp_percent=float(qcfg.damp_percent),
+                                damp_auto_increment=float(qcfg.damp_auto_increment),
+                                act_group_aware=bool(qcfg.act_group_aware) and not bool(qcfg.desc_act))
+    model = GPTQModel.load(str(input_dir), config, trust_remote_code=True, dtype=torch.bfloat16)
+    if qcfg.method == "rtn":
+        model.quantize(None)
+    else:
+        model.quantize(samples, batch_size=int(cal["batch_size"]))
+    model.save(str(out_dir))
+    del model
+
+
+def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg, model_name: str | None = None,
+                        root: Path | None = None) -> dict:
+    """Quantize `input_dir` into `output_dir` (atomically). Returns the report (dict)."""
+    from transformers import AutoTokenizer
+
+    from soarlab.quant import report as rep
+    from soarlab.quant.calibration import calibration_samples
+    from soarlab.quant.check import check_checkpoint
+    from soarlab.quant.rules import build_plan, inventory, read_config
+
+    t_start = time.perf_counter()
+    input_dir, output_dir = Path(input_dir).resolve(), Path(output_dir).resolve()
+    if not input_dir.is_dir():
+        raise SoarError(f"input model directory {input_dir} does not exist", "pass --input / set paths.base_model to a model directory")
+    if input_dir == output_dir:
+        raise SoarError("input and output are the same directory", "write the quantized model elsewhere")
+    method = str(qcfg.method)
+    if method not in ("gptq", "rtn", "none"):
+        raise SoarError(f"quant.method is {method!r}", "use gptq, rtn or none")
+    if method != "none" and not qcfg.sym:
+        raise SoarError("quant.sym is false", "gptq_marlin requires symmetric quantization: set quant.sym=true")
+    base_config = read_config(input_dir)
+    if "quantization_config" in base_config:
+        raise SoarError(f"{input_dir} is already quantized", "quantize the original bf16 checkpoint")
+    modules = inventory(input_dir)  # raises when there are no weights
+    shapes = {m.name: m.shape for m in modules}
+    plan = build_plan(modules, qcfg)
+    if method == "none":
+        plan.bits = {n: None for n in plan.bits}
+        plan.dynamic = {}
+    cal = _calibration_settings(qcfg, model_name)
+    tokenizer = AutoTokenizer.from_pretrained(str(input_dir), trust_remote_code=True)
+    samples, cal_warnings = calibration_samples(tokenizer, str(cal["source"]), int(cal["num_samples"]),
+                                                int(cal["seq_len"]), int(cal["seed"]), root)
+    timings: dict[str, float] = {}
+    with atomic_dir(output_dir) as tmp:
+        t0 = time.perf_counter()
+        if method == "none":
+            for f in sorted(input_dir.iterdir()):
+                if f.is_file() and f.name != "config.json":
+                    _link_or_copy(f, tmp / f.name)
+        else:
+            _gptq(input_dir, tmp, qcfg, plan, cal, samples)
+        timings["quantize"] = time.perf_counter() - t0
+        copied = _copy_side_files(input_dir, tmp)
+        _fix_config(tmp, base_config, qcfg)
+        problems = check_checkpoint(tmp, exclude=list(qcfg.exclude)) if qcfg.check else []
+        if problems:
+            raise SoarError(f"the quantized checkpoint fails {len(problems)} check(s): " + "; ".join(problems[:5]),
+                            "see `soarlab check-checkpoint` on a kept copy; fix the preset in conf/quant/")
+        t0 = time.perf_counter()
+        quantized_bits = plan.quantized()
+        errors = {}
+        if quantized_bits:
+            n_err = min(int(qcfg.report.error_samples), len(samples))
+            errors = rep.reconstruction_errors(input_dir, tmp, quantized_bits, samples[:n_err],
+                                               str(qcfg.checkpoint_format))
+        timings["report"] = time.perf_counter() - t0
+        size_before, size_after = rep.dir_size(input_dir), rep.dir_size(tmp)
+    timings["total"] = time.perf_counter() - t_start
+    metrics = rep.summarize(plan.bits, shapes, errors, size_before, size_after, timings)
+    return {
+        "preset": str(qcfg.name),
+        "method": method,
+        "serve_quantization": qcfg.serve_quantization,
+        "input": str(input_dir),
+        "output": str(output_dir),
+        "calibration": {**cal, "samples_used": len(samples) if method == "gptq" else 0},
+        "dynamic": plan.dynamic,
+        "bits_per_module": {n: (b if b is not None else "bf16") for n, b in sorted(plan.bits.items())},
+        "rule_hits": plan.rule_hits,
+        "reconstruction_error": errors,
+        "warnings": plan.warnings + cal_warnings,
+        "side_files_copied": copied,
+        "checks": "passed" if qcfg.check else "skipped",
+        "metrics": metrics,
+    }

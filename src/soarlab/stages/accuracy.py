@@ -1,0 +1,64 @@
+"""accuracy: the official correctness evaluation (RULES.md 3) through lm-eval against the served engine.
+
+Reads  eval, score, model.baseline_accuracy, engine; data/correctness.jsonl; models/quantized.
+Writes reports/accuracy/summary.json    ori, normalized, C, per-task scores, bootstrap CI, warnings
+       reports/accuracy/predictions.jsonl one line per dataset row: prediction, extracted answer, score
+       reports/accuracy/metrics.json    flat numbers (for tracking)
+       reports/accuracy/server.log      the engine's log
+"""
+
+from __future__ import annotations
+
+import logging
+
+from omegaconf import DictConfig
+
+from soarlab.atomic import write_json, write_jsonl
+from soarlab.paths import project_root
+
+log = logging.getLogger(__name__)
+
+
+def evaluate(server, data_file, model_dir, cfg: DictConfig) -> tuple[dict, list[dict]]:
+    """(summary, per-sample records) of the correctness set against a running server."""
+    from soarlab.accuracy.runner import run_correctness, run_standard_tasks
+    from soarlab.accuracy.scoring import read_correctness_set, score_rows, summarize
+
+    rows = read_correctness_set(data_file)
+    predictions, lm_eval_info = run_correctness(server.base_url, server.model, data_file, model_dir, cfg.eval)
+    if cfg.eval.get("limit"):
+        rows = rows[: len(predictions)]
+    records = score_rows(rows, predictions)
+    summary = summarize(records, float(cfg.model.baseline_accuracy), cfg.score, cfg.eval.bootstrap)
+    summary["lm_eval"] = lm_eval_info
+    lm_eval_acc = lm_eval_info["metrics"].get("acc")
+    if lm_eval_acc is not None and abs(100.0 * lm_eval_acc - summary["ori_accuracy"]) > 1e-3:
+        summary["warnings"].append(f"lm-eval's acc {100 * lm_eval_acc:.4f} differs from the per-sample ori {summary['ori_accuracy']}")
+    summary["server"] = {"base_url": server.base_url, "api": server.api, "model": server.model}
+    summary["standard_tasks"] = run_standard_tasks(server.base_url, server.model, model_dir, cfg.eval, server.api)
+    for name, result in summary["standard_tasks"].items():
+        if result["status"] != "ok":
+            summary["warnings"].append(f"standard task {name} skipped: {result['reason']}")
+    return summary, records
+
+
+def run(cfg: DictConfig) -> None:
+    from soarlab.accuracy.scoring import flat_metrics
+    from soarlab.engines import open_engine
+
+    root = project_root()
+    data_file = root / cfg.paths.data / "correctness.jsonl"
+    model_dir = root / cfg.paths.quantized_model
+    out = root / cfg.paths.reports / "accuracy"
+    out.mkdir(parents=True, exist_ok=True)
+    with open_engine(cfg, model_dir, out / "server.log") as server:
+        summary, records = evaluate(server, data_file, model_dir, cfg)
+    write_jsonl(out / "predictions.jsonl", records)
+    write_json(out / "metrics.json", flat_metrics(summary))
+    write_json(out / "summary.json", summary)
+    for warning in summary["warnings"]:
+        log.warning(warning)
+        print(f"accuracy: warning: {warning}")
+    print(
+        f"accuracy: ori {summary['ori_accuracy']:.2f}  normalized {summary['normalized_accuracy']:.2f}  C {summary['C']}"
+    )

@@ -1,0 +1,49 @@
+"""Stage `bench`: start the engine on the quantized model and run S1, S8, Smax the official way (RULES.md 2).
+
+Reads data/speed.jsonl (written by fetch-data with soarlab.datasets.speed.make_speed_set) and
+writes reports/bench/ as a whole: <level>.json, <level>.requests.jsonl, metrics.json, bench.png.
+The engine's log goes to reports/logs/bench-server.log, outside the atomic output, so that a
+server that fails to start leaves its log behind.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from soarlab.errors import SoarError
+
+
+def run(cfg) -> None:
+    from soarlab.atomic import atomic_dir
+    from soarlab.bench.cli import prepare
+    from soarlab.bench.report import write_level, write_summary
+    from soarlab.bench.runner import Target, run_level
+    from soarlab.datasets.speed import load_tokenizer
+
+    try:
+        from soarlab.engines import open_engine
+    except ImportError as exc:
+        raise SoarError(f"the engines module is not available ({exc})", "install SOAR Lab fully (pip install -e .)") from None
+
+    bench = cfg.bench
+    dataset = Path(cfg.paths.data) / "speed.jsonl"
+    model_dir = Path(cfg.paths.quantized_model)
+    if not dataset.is_file():
+        raise SoarError(f"{dataset} not found", "run the fetch-data stage first (dvc repro fetch-data)")
+    if not model_dir.is_dir():
+        raise SoarError(f"{model_dir} not found", "run the quantize stage first (dvc repro quantize)")
+    tokenizer = load_tokenizer(str(model_dir))
+    requests, info = prepare(dataset, tokenizer, bench)
+    out = Path(cfg.paths.reports) / "bench"
+    with atomic_dir(out) as tmp:
+        with open_engine(cfg, model_dir, Path(cfg.paths.reports) / "logs" / "bench-server.log") as server:
+            target = Target(
+                server.base_url, server.api, model=server.model,
+                supports_ignore_eos=bool(server.supports_ignore_eos), flush_cache=server.flush_cache,
+            )
+            for level, concurrency in bench.levels.items():
+                report, rows = run_level(target, requests, level, concurrency, bench, tokenizer, info)
+                write_level(tmp, report, rows)
+                state = f"{report['duration_s']:.2f} s" if report["valid"] else "INVALID: " + " | ".join(report["invalid_reasons"])
+                print(f"bench {level}: {state}")
+        write_summary(tmp, list(bench.levels), make_plot=bool(bench.plot))

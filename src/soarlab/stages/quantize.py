@@ -1,0 +1,22 @@
+"""quantize stage: models/base -> models/quantized (+ reports/quantize/report.json, metrics.json).
+
+Runs the `quant` preset (conf/quant/) through soarlab.quant.quantize; the output is checked with
+soarlab.quant.check before it is renamed into place, so a failing preset leaves no model behind.
+"""
+
+from __future__ import annotations
+
+from soarlab.atomic import write_json
+from soarlab.paths import project_root
+
+
+def run(cfg) -> dict:
+    from soarlab.quant.quantize import quantize_checkpoint
+
+    root = project_root()
+    report = quantize_checkpoint(root / cfg.paths.base_model, root / cfg.paths.quantized_model, cfg.quant,
+                                 model_name=str(cfg.model.name), root=root)
+    out = root / cfg.paths.reports / "quantize"
+    write_json(out / "report.json", report)
+    write_json(out / "metrics.json", report["metrics"])
+    return report

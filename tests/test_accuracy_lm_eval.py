@@ -1,0 +1,243 @@
+"""A real lm-eval run (simple_evaluate, the soar_correctness task, the chat-completions client) against a
+real HTTP server on loopback.
+
+The server is an aiohttp OpenAI-compatible chat server written here, not `transformers serve`: it
+answers deterministically (so scores are exact), can be told to fail on chosen questions (so the
+retry-then-score-0 path is tested), records every request body (so temperature, max_tokens, stop
+strings and chat_template_kwargs are checked), and starts in milliseconds. The stage's run against
+`transformers serve` on the tiny model is the slow test at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from omegaconf import OmegaConf
+
+from soarlab.accuracy.dataset import EMBEDDED
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class FakeChatServer:
+    """POST /v1/chat/completions answering `answer(question)`; HTTP 500 for questions in `fail`."""
+
+    def __init__(self, answer, fail=(), completions_logprobs: bool = False):
+        self.answer = answer
+        self.fail = set(fail)
+        self.completions_logprobs = completions_logprobs
+        self.requests: list[dict] = []
+        self.attempts: Counter = Counter()
+
+    async def _chat(self, request):
+        body = await request.json()
+        self.requests.append(body)
+        question = body["messages"][-1]["content"]
+        self.attempts[question] += 1
+        if question in self.fail:
+            return web.json_response({"error": "injected failure"}, status=500)
+        message = {"role": "assistant", "content": self.answer(question)}
+        return web.json_response(
+            {"id": "c", "object": "chat.completion", "model": body["model"],
+             "choices": [{"index": 0, "finish_reason": "stop", "message": message}]}
+        )
+
+    async def _completions(self, request):
+        body = await request.json()
+        choice = {"index": 0, "text": "x", "finish_reason": "length"}  # like transformers serve: no logprobs
+        return web.json_response({"id": "c", "object": "text_completion", "choices": [choice]})
+
+    def __enter__(self):
+        self.loop = asyncio.new_event_loop()
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/completions", self._completions)
+        self.runner = web.AppRunner(app)
+        self.loop.run_until_complete(self.runner.setup())
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        self.loop.run_until_complete(site.start())
+        port = self.runner.addresses[0][1]
+        self.base_url = f"http://127.0.0.1:{port}"
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def eval_cfg(**changes):
+    cfg = OmegaConf.load(ROOT / "conf" / "eval" / "tiny.yaml")
+    cfg.retry_backoff_s = 0.01
+    for key, value in changes.items():
+        OmegaConf.update(cfg, key, value)
+    return cfg
+
+
+def rows():
+    return [json.loads(line) for line in EMBEDDED.read_text().splitlines() if line.strip()]
+
+
+def perfect_answer(question: str) -> str:
+    row = next(r for r in rows() if r["question"] == question)
+    if row["task"] == "mcq":
+        return f"<think>Let me think. ANSWER: Z</think>\nanswer: {row['gold'].lower()}"
+    return "<think>draft</think>\n" + ", ".join(row["gold"])
+
+
+def test_lm_eval_run_sends_the_official_request_and_scores_every_row(tiny_model_dir):
+    from soarlab.accuracy.runner import run_correctness
+    from soarlab.accuracy.scoring import read_correctness_set, score_rows
+
+    data = rows()
+    failing = data[0]["question"]  # an mcq row: fails on every attempt
+    with FakeChatServer(perfect_answer, fail=[failing]) as server:
+        preds, info = run_correctness(server.base_url + "/v1", "tiny", EMBEDDED, tiny_model_dir, eval_cfg(retries=2))
+    # one prediction per row, in order, the failed one kept
+    assert len(preds) == len(data)
+    assert preds[0]["failed"] and preds[0]["prediction"] == "" and "500" in preds[0]["error"]
+    assert server.attempts[failing] == 3  # 1 + eval.retries
+    assert all(not p["failed"] for p in preds[1:])
+    # the request: one user message = question, temperature 0, max_tokens from config,
+    # EOS strings from the model dir, thinking on through chat_template_kwargs
+    body = next(b for b in server.requests if b["messages"][-1]["content"] == data[5]["question"])
+    assert body["messages"] == [{"role": "user", "content": data[5]["question"]}]
+    assert body["temperature"] == 0 and body["max_tokens"] == 48 and body["model"] == "tiny"
+    assert body["stop"] == ["</s>", "<|im_end|>"]
+    assert body["chat_template_kwargs"] == {"enable_thinking": True}
+    # scores: everything right except the failed row
+    records = score_rows(read_correctness_set(EMBEDDED), preds)
+    assert [r["score"] for r in records] == [0.0] + [1.0] * (len(data) - 1)
+    assert info["metrics"]["acc"] == pytest.approx((len(data) - 1) / len(data))
+    assert info["metrics"]["acc_mcq"] == pytest.approx(5 / 6)
+    assert info["metrics"]["acc_fwe"] == 1.0
+
+
+def test_stage_evaluate_writes_ci_and_skips_loglikelihood_tasks_without_echo(tiny_model_dir, monkeypatch):
+    """evaluate() as the stage calls it; a loglikelihood task is skipped with a reason (no echo/logprobs)."""
+    from soarlab.accuracy import runner
+    from soarlab.engines import Server
+    from soarlab.stages.accuracy import evaluate
+
+    def half_right(question: str) -> str:
+        row = next(r for r in rows() if r["question"] == question)
+        return "ANSWER: A" if row["task"] == "mcq" else ", ".join(row["gold"][:1]) if row["task"] != "cwe" else ""
+
+    class FakeTask:
+        def get_config(self, key):
+            return "multiple_choice"
+
+    class FakeManager:  # the standard task's dataset is on a hub (unreachable); only its type matters here
+        def load(self, names):
+            return {"tasks": {names[0]: FakeTask()}}
+
+    monkeypatch.setattr(runner, "_standard_task_manager", FakeManager)
+    cfg = OmegaConf.create(
+        {
+            "eval": eval_cfg(tasks=["hellaswag"]),
+            "model": {"baseline_accuracy": 80.0},
+            "score": OmegaConf.load(ROOT / "conf" / "score" / "soar2026.yaml"),
+        }
+    )
+    with FakeChatServer(half_right) as fake:
+        server = Server(base_url=fake.base_url, api="openai", model="tiny", supports_ignore_eos=False)
+        summary, records = evaluate(server, EMBEDDED, tiny_model_dir, cfg)
+        ok, why = runner.supports_echo_logprobs(fake.base_url, "tiny")
+    assert not ok and "ignores echo" in why  # the server answered; a probe decided, not the engine's name
+    assert summary["per_task"]["cwe"]["accuracy"] == 0.0
+    assert summary["per_task"]["niah"]["accuracy"] == 100.0
+    assert len(records) == len(rows())
+    assert summary["bootstrap"]["ori_low"] <= summary["ori_accuracy"] <= summary["bootstrap"]["ori_high"]
+    assert summary["standard_tasks"]["hellaswag"]["status"] == "skipped"
+    assert "echo" in summary["standard_tasks"]["hellaswag"]["reason"]
+
+
+def test_fetch_correctness_set_sources(tmp_path, monkeypatch):
+    import hashlib
+
+    from soarlab.accuracy import dataset
+    from soarlab.errors import SoarError
+
+    dest = tmp_path / "data" / "correctness.jsonl"
+    dataset.fetch_correctness_set({"source": "embedded"}, dest)
+    assert dest.read_bytes() == EMBEDDED.read_bytes()
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"task": "mcq", "question": "q", "gold": "A"}\n{"task": "mcq", "question": "q", "gold": "Z"}\n')
+    with pytest.raises(SoarError, match="line 2"):
+        dataset.fetch_correctness_set({"source": "file", "path": str(bad)}, dest)
+    assert dest.read_bytes() == EMBEDDED.read_bytes()  # the old file is untouched
+
+    with pytest.raises(SoarError, match="placeholder"):
+        dataset.fetch_correctness_set({"source": "github", "repo": "o/r", "file": "f", "commit": None, "sha256": None}, dest)
+
+    # github: raw.githubusercontent.com is unreachable here, so a loopback server stands in for it
+    payload = EMBEDDED.read_bytes()
+
+    async def raw(request):
+        assert request.match_info["path"] == "OpenBMB/SOAR-Toolkit/" + "a" * 40 + "/eval_dataset/perf_public_set.jsonl"
+        return web.Response(body=payload)
+
+    loop = asyncio.new_event_loop()
+    app = web.Application()
+    app.router.add_get("/{path:.*}", raw)
+    app_runner = web.AppRunner(app)
+    loop.run_until_complete(app_runner.setup())
+    site = web.TCPSite(app_runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        port = app_runner.addresses[0][1]
+        monkeypatch.setattr(dataset, "RAW_URL", f"http://127.0.0.1:{port}/{{repo}}/{{commit}}/{{file}}")
+        cfg = {"source": "github", "repo": "OpenBMB/SOAR-Toolkit", "file": "eval_dataset/perf_public_set.jsonl",
+               "commit": "a" * 40, "sha256": hashlib.sha256(payload).hexdigest()}
+        dest2 = tmp_path / "gh.jsonl"
+        dataset.fetch_correctness_set(cfg, dest2)
+        assert dest2.read_bytes() == payload
+        with pytest.raises(SoarError, match="sha256"):
+            dataset.fetch_correctness_set({**cfg, "sha256": "0" * 64}, tmp_path / "gh2.jsonl")
+        assert not (tmp_path / "gh2.jsonl").exists()
+    finally:
+        asyncio.run_coroutine_threadsafe(app_runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+@pytest.mark.slow
+def test_accuracy_stage_against_transformers_serve(tiny_model_dir, tmp_path, monkeypatch):
+    """The stage end to end: soarlab.engines starts `transformers serve` on the (untrained) tiny model,
+    lm-eval runs a few rows through it, the reports are written. Untrained: the scores are not checked."""
+    import shutil
+
+    from soarlab.accuracy.dataset import fetch_correctness_set
+    from soarlab.config import compose
+    from soarlab.stages import accuracy
+
+    for group in ("model", "eval", "score", "engine"):
+        shutil.copytree(ROOT / "conf" / group, tmp_path / "conf" / group)
+    (tmp_path / "conf" / "config.yaml").write_text(
+        "defaults:\n  - model: tiny\n  - engine: transformers\n  - eval: tiny\n  - score: soar2026\n  - _self_\n"
+        "paths: {base_model: models/base, quantized_model: models/quantized, data: data, reports: reports}\n"
+    )
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "quantized").symlink_to(tiny_model_dir)
+    monkeypatch.chdir(tmp_path)
+    cfg = compose(["engine.port=0", "eval.limit=3", "eval.max_tokens=4"])
+    fetch_correctness_set(cfg.eval.dataset, tmp_path / "data" / "correctness.jsonl")
+    accuracy.run(cfg)
+    out = tmp_path / "reports" / "accuracy"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["n"] == 3 and summary["failed"] == 0
+    assert summary["server"]["api"] == "openai"
+    records = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert len(records) == 3 and all(r["prediction"] for r in records)
+    assert json.loads((out / "metrics.json").read_text())["n"] == 3

@@ -1,0 +1,301 @@
+"""Engines: real subprocesses, real HTTP on 127.0.0.1 with free ports.
+
+SGLang itself is mocked here (it needs an NVIDIA GPU): its command building is checked as data,
+and its start/health/flush/stop machinery runs against a small stand-in HTTP server process.
+The transformers engine runs for real on the tiny model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from soarlab.engines import Server, open_engine
+from soarlab.engines import sglang as sglang_engine
+from soarlab.engines.process import managed_server
+from soarlab.engines.server import free_port, http_request
+from soarlab.errors import SoarError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def engine_cfg(name: str, quant: dict | None = None, **engine_changes):
+    engine = yaml.safe_load((ROOT / "conf" / "engine" / f"{name}.yaml").read_text())
+    engine.update(engine_changes)
+    cfg = OmegaConf.create({"engine": engine, "quant": quant or {"serve_quantization": None}})
+    OmegaConf.set_struct(cfg, True)
+    return cfg
+
+
+STAND_IN = textwrap.dedent(
+    """
+    # Stand-in for `python -m sglang.launch_server` (SGLang needs a GPU): /health, /flush_cache, /generate.
+    import json, sys, time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    port = int(sys.argv[sys.argv.index("--port") + 1])
+    delay = float(sys.argv[sys.argv.index("--delay") + 1]) if "--delay" in sys.argv else 0.0
+    import os, signal
+    print("stand-in starting", sys.argv[1:], "pid", os.getpid(), flush=True)
+    if "--ignore-term" in sys.argv:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if "--crash" in sys.argv:
+        print("CUDA error: no kernel image is available", flush=True)
+        sys.exit(3)
+    time.sleep(delay)
+    class H(BaseHTTPRequestHandler):
+        def _send(self, code, body):
+            data = json.dumps(body).encode()
+            self.send_response(code); self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data))); self.end_headers(); self.wfile.write(data)
+        def do_GET(self):
+            self._send(200, {}) if self.path == "/health" else self._send(404, {"detail": "no"})
+        def do_POST(self):
+            self._send(200, {"flushed": True}) if self.path == "/flush_cache" else self._send(404, {})
+        def log_message(self, *a):
+            print("request", self.path, flush=True)
+    ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
+    """
+)
+
+
+@pytest.fixture
+def stand_in(tmp_path) -> Path:
+    path = tmp_path / "stand_in.py"
+    path.write_text(STAND_IN)
+    return path
+
+
+def fake_model(tmp_path) -> Path:
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text("{}")
+    return model
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+# --- SGLang command building (no GPU needed) ---------------------------------------------------------
+
+
+def test_sglang_default_flags_are_the_image_defaults_plus_bf16_and_hyphenated():
+    flags = sglang_engine.server_flags(engine_cfg("sglang"))
+    assert flags == ["--disable-radix-cache", "--attention-backend", "minicpm_flashinfer",
+                     "--chunked-prefill-size", "8192", "--skip-server-warmup", "--dense-as-sparse",
+                     "--dtype", "bfloat16"]
+    assert all("_" not in f for f in flags if f.startswith("--"))
+
+
+def test_sglang_flags_true_false_null_underscores_and_quantization():
+    cfg = engine_cfg("sglang", quant={"serve_quantization": "gptq_marlin"},
+                     server_args={"dense_as_sparse": True, "disable-radix-cache": False, "kv-cache-dtype": None,
+                                  "mem_fraction_static": 0.85, "cuda-graph-max-bs": 16})
+    args = sglang_engine.render_server_args(cfg)
+    assert args == "--dense-as-sparse --mem-fraction-static 0.85 --cuda-graph-max-bs 16 --quantization gptq_marlin"
+    # the same code renders the launch command and the SGLANG_SERVER_ARGS string
+    cmd = sglang_engine.build_command(cfg, Path("/m"), "127.0.0.1", 30000)
+    assert cmd[1:7] == ["-m", "sglang.launch_server", "--model-path", "/m", "--host", "127.0.0.1"]
+    assert cmd[9:] == shlex.split(args)
+
+
+def test_sglang_missing_quant_key_is_no_quantization_and_conflicts_are_errors():
+    cfg = OmegaConf.create({"engine": yaml.safe_load((ROOT / "conf/engine/sglang.yaml").read_text()), "quant": {}})
+    assert "--quantization" not in sglang_engine.server_flags(cfg)
+    with pytest.raises(SoarError, match="twice"):
+        sglang_engine.server_flags(engine_cfg("sglang", server_args={"dense-as-sparse": True, "dense_as_sparse": True}))
+    with pytest.raises(SoarError, match="launcher sets itself"):
+        sglang_engine.server_flags(engine_cfg("sglang", server_args={"port": 1}))
+    with pytest.raises(SoarError, match="disagrees"):
+        sglang_engine.server_flags(engine_cfg("sglang", quant={"serve_quantization": "awq"},
+                                              server_args={"quantization": "gptq"}))
+
+
+def test_sglang_docker_command():
+    cfg = engine_cfg("sglang", launcher="docker", quant={"serve_quantization": "gptq_marlin"})
+    cmd = sglang_engine.build_command(cfg, Path("/data/model"), "127.0.0.1", 30000)
+    assert cmd[:2] == ["docker", "run"]
+    assert cmd[cmd.index("--gpus") + 1] == "all"
+    assert cmd[cmd.index("-p") + 1] == "127.0.0.1:30000:30000"
+    assert cmd[cmd.index("-v") + 1] == "/data/model:/models/MiniCPM-SALA:ro"
+    image_at = cmd.index("ghcr.io/openbmb/soar-toolkit:latest")
+    inner = cmd[image_at + 1:]
+    assert inner[:5] == ["python", "-m", "sglang.launch_server", "--model-path", "/models/MiniCPM-SALA"]
+    assert inner[-2:] == ["--quantization", "gptq_marlin"]
+    assert sglang_engine.served_model_name(cfg, Path("/data/model")) == "/models/MiniCPM-SALA"
+
+
+def test_sglang_without_sglang_installed_says_how_to_fix(tmp_path, monkeypatch):
+    monkeypatch.setattr(sglang_engine.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(SoarError, match="sglang is not installed"):
+        with open_engine(engine_cfg("sglang", port=free_port()), fake_model(tmp_path), tmp_path / "log"):
+            pass
+
+
+# --- start / health / flush / stop, against the stand-in ----------------------------------------------
+
+
+def test_sglang_machinery_with_stand_in(tmp_path, monkeypatch, stand_in):
+    """SGLang mocked (needs a GPU): open_sglang runs a stand-in process instead of sglang.launch_server."""
+    port = free_port()
+    monkeypatch.setattr(sglang_engine, "preflight", lambda cfg: None)
+    monkeypatch.setattr(sglang_engine, "build_command",
+                        lambda cfg, model_dir, host, p: [sys.executable, str(stand_in), "--port", str(p), "--delay", "0.5"])
+    log = tmp_path / "logs" / "server.log"
+    with open_engine(engine_cfg("sglang", port=port), fake_model(tmp_path), log) as server:
+        assert isinstance(server, Server)
+        assert server.base_url == f"http://127.0.0.1:{port}"
+        assert (server.api, server.supports_ignore_eos) == ("sglang", True)
+        assert server.flush_cache() is True
+        pid = _stand_in_pid(log)
+        assert pid_alive(pid)
+    assert not pid_alive(pid)
+    assert "stand-in starting" in log.read_text() and "/flush_cache" in log.read_text()
+
+
+def _stand_in_pid(log: Path) -> int:
+    line = next(line for line in log.read_text().splitlines() if line.startswith("stand-in starting"))
+    return int(line.split()[-1])
+
+
+def test_stopped_on_exception_and_keyboard_interrupt(tmp_path, stand_in):
+    for exc in (RuntimeError("boom"), KeyboardInterrupt()):
+        port = free_port()
+        with pytest.raises(type(exc)):
+            with managed_server([sys.executable, str(stand_in), "--port", str(port)], base_url=f"http://127.0.0.1:{port}",
+                                log_path=tmp_path / "log", startup_timeout_s=30) as proc:
+                raise exc
+        assert proc.poll() is not None and not pid_alive(proc.pid)
+
+
+def test_sigterm_ignoring_server_is_killed_after_grace(tmp_path, stand_in):
+    port = free_port()
+    log = tmp_path / "log"
+    t0 = time.monotonic()
+    with managed_server([sys.executable, str(stand_in), "--port", str(port), "--ignore-term"],
+                        base_url=f"http://127.0.0.1:{port}", log_path=log, startup_timeout_s=30, stop_grace_s=1) as proc:
+        pid = _stand_in_pid(log)
+    assert proc.poll() == -signal.SIGKILL and not pid_alive(pid)
+    assert time.monotonic() - t0 < 20
+
+
+def test_crash_at_startup_names_log_and_last_lines(tmp_path, stand_in):
+    port = free_port()
+    log = tmp_path / "server.log"
+    with pytest.raises(SoarError) as info:
+        with managed_server([sys.executable, str(stand_in), "--port", str(port), "--crash"],
+                            base_url=f"http://127.0.0.1:{port}", log_path=log, startup_timeout_s=30):
+            pass
+    msg = str(info.value)
+    assert "exited with code 3" in msg and str(log) in msg and "no kernel image" in msg
+
+
+def test_startup_timeout_names_log_and_stops_process(tmp_path, stand_in):
+    port = free_port()
+    with pytest.raises(SoarError, match="not healthy .* after 1s") as info:
+        with managed_server([sys.executable, str(stand_in), "--port", str(port), "--delay", "30"],
+                            base_url=f"http://127.0.0.1:{port}", log_path=tmp_path / "log", startup_timeout_s=1):
+            pass
+    assert "stand-in starting" in str(info.value)
+    assert not _stand_in_running(port)
+
+
+def _stand_in_running(port: int) -> bool:
+    import subprocess
+
+    return subprocess.run(["pgrep", "-f", f"stand_in.py --port {port}"], capture_output=True).returncode == 0
+
+
+def test_port_in_use_is_refused(tmp_path, stand_in, monkeypatch):
+    port = free_port()
+    with managed_server([sys.executable, str(stand_in), "--port", str(port)], base_url=f"http://127.0.0.1:{port}",
+                        log_path=tmp_path / "a.log", startup_timeout_s=30):
+        monkeypatch.setattr(sglang_engine, "preflight", lambda cfg: None)
+        with pytest.raises(SoarError, match="already in use"):
+            with open_engine(engine_cfg("sglang", port=port), fake_model(tmp_path), tmp_path / "b.log"):
+                pass
+
+
+# --- external ----------------------------------------------------------------------------------------
+
+
+def test_external_reachable_and_unreachable(tmp_path, stand_in):
+    port = free_port()
+    with managed_server([sys.executable, str(stand_in), "--port", str(port)], base_url=f"http://127.0.0.1:{port}",
+                        log_path=tmp_path / "log", startup_timeout_s=30) as proc:
+        cfg = engine_cfg("external", url=f"http://127.0.0.1:{port}/", model="m")
+        with open_engine(cfg, tmp_path, tmp_path / "unused.log") as server:
+            assert (server.base_url, server.api, server.model) == (f"http://127.0.0.1:{port}", "sglang", "m")
+            assert server.supports_ignore_eos and server.flush_cache()
+        assert proc.poll() is None  # external: nothing stopped
+    dead = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(SoarError, match=f"server at {dead} not reachable.*Fix: start it or set engine.url"):
+        with open_engine(engine_cfg("external", url=dead), tmp_path, tmp_path / "unused.log"):
+            pass
+
+
+def test_unknown_engine(tmp_path):
+    with pytest.raises(SoarError, match="unknown engine.name"):
+        with open_engine(OmegaConf.create({"engine": {"name": "vllm"}}), tmp_path, tmp_path / "log"):
+            pass
+
+
+# --- transformers serve, for real, on the tiny model -------------------------------------------------
+
+
+def _post(url: str, body: dict, timeout: float = 120) -> tuple[int, str]:
+    return http_request(url, method="POST", body=body, timeout=timeout)
+
+
+def _stream(url: str, body: dict) -> list[dict]:
+    req = urllib.request.Request(url, data=json.dumps({**body, "stream": True}).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    chunks = []
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        for line in resp:
+            line = line.decode().strip()
+            if line.startswith("data:") and line[5:].strip() != "[DONE]":
+                chunks.append(json.loads(line[5:]))
+    return chunks
+
+
+def test_transformers_serves_tiny_model(tiny_model_dir, tmp_path):
+    log = tmp_path / "serve.log"
+    cfg = engine_cfg("transformers", port=0, startup_timeout_s=180)
+    with open_engine(cfg, tiny_model_dir, log) as server:
+        assert (server.api, server.supports_ignore_eos) == ("openai", False)
+        assert server.model == str(Path(tiny_model_dir).resolve())
+        assert server.flush_cache() is False
+        base = server.base_url
+        # exact output length without ignore_eos: a per-request generation_config JSON string
+        n = 12
+        gen = json.dumps({"min_new_tokens": n, "max_new_tokens": n})
+        status, text = _post(f"{base}/v1/completions", {"model": server.model, "prompt": "Hello", "generation_config": gen})
+        assert status == 200, text
+        assert json.loads(text)["usage"]["completion_tokens"] == n
+        chunks = _stream(f"{base}/v1/completions",
+                         {"model": server.model, "prompt": "The cat", "max_tokens": n, "generation_config": gen})
+        assert chunks[-1]["usage"]["completion_tokens"] == n
+        chat = _stream(f"{base}/v1/chat/completions", {"model": server.model, "max_tokens": 4,
+                                                        "messages": [{"role": "user", "content": "Hi"}]})
+        assert chat and chat[-1]["choices"][0]["finish_reason"] in ("length", "stop")
+        # unknown fields are rejected: why supports_ignore_eos is False
+        status, _ = _post(f"{base}/v1/completions", {"model": server.model, "prompt": "x", "ignore_eos": True})
+        assert status == 422
+    assert http_request(f"{base}/health", timeout=2)[0] is None  # stopped
+    assert "Uvicorn running" in log.read_text()

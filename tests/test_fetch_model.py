@@ -1,0 +1,139 @@
+"""fetch-model: the embedded tiny model is built for real; the model hubs are unreachable here, so
+`snapshot_download` is replaced by a fake and the test checks what it was asked for (repo, pinned
+revision, local_dir) and what the stage does with the result."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from soarlab import hub
+from soarlab.errors import SoarError
+from soarlab.stages import fetch_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch) -> Path:
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "config.yaml").write_text("# test project\n")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def make_cfg(model: dict):
+    cfg = OmegaConf.create({"paths": {"base_model": "models/base", "reports": "reports"}, "model": model})
+    OmegaConf.set_struct(cfg, True)
+    return cfg
+
+
+def real_model_cfg(**changes) -> dict:
+    return {**yaml.safe_load((ROOT / "conf" / "model" / "minicpm_sala.yaml").read_text()), **changes}
+
+
+def test_huggingface_download_arguments_and_result(project, monkeypatch):
+    calls = []
+
+    def fake_snapshot_download(repo_id, revision=None, local_dir=None, **kw):  # hub unreachable here
+        calls.append({"repo_id": repo_id, "revision": revision, "local_dir": local_dir, **kw})
+        Path(local_dir, ".cache").mkdir(parents=True, exist_ok=True)  # what the hub keeps for resuming
+        Path(local_dir, "config.json").write_text(json.dumps({"model_type": "minicpm_sala"}))
+        Path(local_dir, "model-00001-of-00004.safetensors").write_bytes(b"x" * 100)
+        return local_dir
+
+    monkeypatch.setattr("huggingface_hub.snapshot_download", fake_snapshot_download)
+    model = real_model_cfg()
+    out = fetch_model.run(make_cfg(model))
+    assert out == project / "models" / "base"
+    assert calls == [{"repo_id": "openbmb/MiniCPM-SALA", "revision": model["revision"],
+                      "local_dir": str(project / "models" / ".base.download")}]
+    assert (out / "config.json").is_file() and not (out / ".cache").exists()
+    assert not (project / "models" / ".base.download").exists()
+    metrics = json.loads((project / "reports" / "fetch-model" / "metrics.json").read_text())
+    assert metrics["model_files"] == 2 and metrics["model_bytes"] > 100
+
+
+def test_download_without_config_json_is_rejected(project, monkeypatch):
+    monkeypatch.setattr("huggingface_hub.snapshot_download",
+                        lambda repo_id, revision=None, local_dir=None, **kw: local_dir)  # an empty snapshot
+    with pytest.raises(SoarError, match=r"models/.base.download has no config.json.*Fix: "):
+        fetch_model.run(make_cfg(real_model_cfg()))
+    assert not (project / "models" / "base").exists()
+
+
+def test_network_failure_names_repo_and_fixes(project, monkeypatch):
+    """The real snapshot_download, pointed at a closed loopback port (the hub is unreachable here anyway)."""
+    import huggingface_hub.constants
+
+    from soarlab.engines.server import free_port
+
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(SoarError) as info:
+        fetch_model.run(make_cfg(real_model_cfg()))
+    msg = str(info.value)
+    assert "cannot download openbmb/MiniCPM-SALA@" in msg and "HF_ENDPOINT" in msg
+    assert "model.source=modelscope" in msg and "model.source=local" in msg
+
+
+def test_modelscope_missing_says_how_to_install(project, monkeypatch):
+    monkeypatch.setitem(sys.modules, "modelscope", None)  # makes `import modelscope` fail
+    with pytest.raises(SoarError, match=r"pip install 'soarlab\[modelscope\]'"):
+        fetch_model.run(make_cfg(real_model_cfg(source="modelscope")))
+
+
+def test_modelscope_arguments(project, monkeypatch):
+    import types
+
+    calls = []
+
+    def fake(model_id, local_dir=None, **kw):  # ModelScope unreachable here too
+        calls.append((model_id, local_dir, kw))
+        Path(local_dir, "config.json").write_text("{}")
+        return local_dir
+
+    monkeypatch.setitem(sys.modules, "modelscope", types.SimpleNamespace(snapshot_download=fake))
+    fetch_model.run(make_cfg(real_model_cfg(source="modelscope")))
+    assert calls == [("OpenBMB/MiniCPM-SALA", str(project / "models" / ".base.download"), {})]
+
+
+def test_local_copy(project, tiny_model_dir):
+    out = fetch_model.run(make_cfg(real_model_cfg(source="local", local_path=str(tiny_model_dir))))
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in Path(tiny_model_dir).iterdir())
+
+
+def test_embedded_builds_real_tiny_model_with_qa_rows(project, monkeypatch, tmp_path):
+    qa = tmp_path / "correctness.jsonl"
+    qa.write_text('{"task": "qa", "question": "Capital of France?", "gold": ["Paris"]}\n\n')
+    monkeypatch.setattr(fetch_model, "EMBEDDED_QA", qa)
+    seen = {}
+    import soarlab.tiny
+
+    real_build = soarlab.tiny.build_tiny_model
+
+    def spy(out, spec, qa_rows=()):
+        seen["qa_rows"], seen["spec"] = list(qa_rows), spec
+        return real_build(out, spec, qa_rows)
+
+    monkeypatch.setattr(soarlab.tiny, "build_tiny_model", spy)
+    spec = {**yaml.safe_load((ROOT / "conf" / "model" / "tiny.yaml").read_text()), }
+    spec["tiny"]["train_steps"] = 0
+    out = fetch_model.run(make_cfg(spec))
+    assert seen["qa_rows"] == [{"task": "qa", "question": "Capital of France?", "gold": ["Paris"]}]
+    assert seen["spec"]["train_steps"] == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "minicpm_sala" and (out / "tokenizer.json").is_file()
+
+
+def test_embedded_qa_rows_absent_is_empty(tmp_path):
+    assert fetch_model.embedded_qa_rows(tmp_path / "missing.jsonl") == []
+
+
+def test_validate_model_dir(tmp_path):
+    with pytest.raises(SoarError, match=f"model directory {tmp_path} has no config.json"):
+        hub.validate_model_dir(tmp_path)

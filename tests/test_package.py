@@ -1,0 +1,184 @@
+"""package: the submission files, the tarball, the scripts run under real bash; the Docker engine is
+absent on this machine (the real `docker info` fails), and a fake `docker` on PATH stands in for one."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from soarlab.errors import SoarError
+from soarlab.stages import package
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch) -> Path:
+    """A copy of the project's conf/, src/soarlab and pyproject.toml (what package bundles)."""
+    proj = tmp_path / "proj"
+    shutil.copytree(ROOT / "conf", proj / "conf")
+    shutil.copytree(ROOT / "src" / "soarlab", proj / "src" / "soarlab", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", proj / "pyproject.toml")
+    monkeypatch.chdir(proj)
+    return proj
+
+
+def make_cfg(engine: str = "transformers", build_image="false", quant=None, **package_changes):
+    pkg = {**yaml.safe_load((ROOT / "conf" / "package" / "soar.yaml").read_text()), "build_image": build_image,
+           **package_changes}
+    cfg = OmegaConf.create({
+        "paths": {"reports": "reports"},
+        "engine": yaml.safe_load((ROOT / "conf" / "engine" / f"{engine}.yaml").read_text()),
+        "quant": quant if quant is not None else {"name": "gptq_w4_test", "bits": 4, "serve_quantization": "gptq_marlin"},
+        "package": pkg,
+    })
+    OmegaConf.set_struct(cfg, True)
+    return cfg
+
+
+def bash(script: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **(env or {})}, cwd=cwd)
+
+
+def test_package_outputs_and_tarball(project):
+    out = package.run(make_cfg())
+    assert out == project / "reports" / "package"
+    sub = out / "submission"
+    with tarfile.open(out / "submission.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert {"prepare_env.sh", "prepare_model.sh", "soarlab/pyproject.toml", "soarlab/src/soarlab/cli.py",
+            "soarlab/src/soarlab/engines/sglang.py", "soarlab/conf/config.yaml",
+            "soarlab/conf/quant/submission.yaml"} <= names
+    assert not any("__pycache__" in n for n in names)
+    frozen = yaml.safe_load((sub / "soarlab" / "conf" / "quant" / "submission.yaml").read_text())
+    assert frozen == {"name": "gptq_w4_test", "bits": 4, "serve_quantization": "gptq_marlin"}
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["tarball_bytes"] == (out / "submission.tar.gz").stat().st_size
+    assert metrics["image_built"] == 0 and all(isinstance(v, (int, float)) for v in metrics.values())
+    dockerfile = (out / "Dockerfile").read_text()
+    assert "FROM ghcr.io/openbmb/soar-toolkit:latest" in dockerfile.splitlines()
+    assert "COPY submission/ /submission/" in dockerfile and "source /submission/prepare_env.sh" in dockerfile
+    # reproducible: packaging twice gives the same bytes
+    first = (out / "submission.tar.gz").read_bytes()
+    assert package.run(make_cfg()) and (out / "submission.tar.gz").read_bytes() == first
+
+
+def test_scripts_pass_bash_n(project):
+    out = package.run(make_cfg())
+    for script in ("submission/prepare_env.sh", "submission/prepare_model.sh", "docker-entrypoint.sh"):
+        result = subprocess.run(["bash", "-n", str(out / script)], capture_output=True, text=True)
+        assert result.returncode == 0, (script, result.stderr)
+
+
+def test_server_args_hyphenated_with_quantization(project):
+    out = package.run(make_cfg())
+    args = json.loads((out / "summary.json").read_text())["sglang_server_args"]
+    assert args == ("--disable-radix-cache --attention-backend minicpm_flashinfer --chunked-prefill-size 8192 "
+                    "--skip-server-warmup --dense-as-sparse --dtype bfloat16 --quantization gptq_marlin")
+    assert all("_" not in tok for tok in args.split() if tok.startswith("--"))
+
+
+def test_prepare_env_sourced_in_subshell_does_not_exit_it(project, tmp_path):
+    out = package.run(make_cfg())
+    env_sh = out / "submission" / "prepare_env.sh"
+    # a fake `uv` records the install (no package index here); the shell keeps running after sourcing
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "uv").write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/uv-args\nexit 1\n')  # even a failing install
+    (bin_dir / "uv").chmod(0o755)
+    result = bash(f'set +e; source "{env_sh}"; echo "still here:$-:$SGLANG_SERVER_ARGS:$SOARLAB_HOME"; '
+                  'type _soarlab_install_deps >/dev/null 2>&1 && echo LEAKED; exit 0',
+                  env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert result.returncode == 0, result.stderr
+    line = [l for l in result.stdout.splitlines() if l.startswith("still here:")][0]
+    flags, server_args, home = line.split(":")[1:4]
+    assert "e" not in flags and "u" not in flags  # no set -e / set -u leaking into the caller
+    assert server_args.startswith("--disable-radix-cache") and "--quantization gptq_marlin" in server_args
+    assert home == str(out / "submission" / "soarlab")
+    assert "LEAKED" not in result.stdout and "WARNING" in result.stderr
+    uv_args = (tmp_path / "uv-args").read_text().split()
+    assert uv_args[:2] == ["pip", "install"] and "gptqmodel==7.6.0" in uv_args
+    # under the caller's own `set -eu` it still returns
+    result = bash(f'set -eu; SOARLAB_SKIP_INSTALL=1 source "{env_sh}"; echo ok', env={"PATH": os.environ["PATH"]})
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr
+
+
+def test_prepare_model_calls_bundled_soarlab(project, tmp_path):
+    out = package.run(make_cfg())
+    fake_py = tmp_path / "fake-python"
+    fake_py.write_text(f'#!/bin/sh\necho "cwd=$(pwd)" > {tmp_path}/call\necho "pp=$PYTHONPATH" >> {tmp_path}/call\n'
+                       f'echo "$@" >> {tmp_path}/call\n')
+    fake_py.chmod(0o755)
+    model_in = tmp_path / "in"
+    model_in.mkdir()
+    (model_in / "config.json").write_text("{}")
+    script = out / "submission" / "prepare_model.sh"
+    result = bash(f'bash "{script}" --input "{model_in}" --output "{tmp_path}/processed"', env={"SOARLAB_PYTHON": str(fake_py)})
+    assert result.returncode == 0, result.stderr
+    cwd, pp, argv = (tmp_path / "call").read_text().splitlines()
+    assert cwd == f"cwd={out / 'submission' / 'soarlab'}"
+    assert pp.startswith(f"pp={out / 'submission' / 'soarlab' / 'src'}")
+    assert argv == f"-m soarlab.cli prepare-model --input {model_in} --output {tmp_path / 'processed'} quant=submission"
+    result = bash(f'bash "{script}" --input "{model_in}"')
+    assert result.returncode == 2 and "usage" in result.stderr
+
+
+def test_bundled_config_composes_with_frozen_quant(project, tmp_path):
+    """The bundle is self-contained for config: `quant=submission` composes from its conf/."""
+    from soarlab.config import compose
+
+    try:
+        compose([], root=project)
+    except SoarError as exc:
+        pytest.skip(f"the project's conf/ does not compose yet (other groups missing): {exc}")
+    out = package.run(make_cfg())
+    cfg = compose(["quant=submission"], root=out / "submission" / "soarlab")
+    assert cfg.quant.serve_quantization == "gptq_marlin"
+
+
+def test_size_limit(project):
+    with pytest.raises(SoarError, match=r"over the limit of 1000 bytes \(package.max_size_bytes"):
+        package.run(make_cfg(max_size_bytes=1000))
+    assert not (project / "reports" / "package").exists()  # nothing half-written
+
+
+def test_docker_missing_auto_skips_and_true_fails(project, tmp_path, monkeypatch):
+    # no Docker engine here: either no client, or a client whose `docker info` fails
+    out = package.run(make_cfg(build_image="auto"))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["image_built"] is False and summary["image_status"].startswith("image not built: ")
+    assert json.loads((out / "metrics.json").read_text())["image_built"] == 0
+    with pytest.raises(SoarError, match="no Docker engine"):
+        package.run(make_cfg(build_image=True))
+
+
+def test_docker_engine_present_builds_image(project, tmp_path, monkeypatch):
+    """A fake `docker` stands in for a Docker engine (none here)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/docker-calls\n'
+                                    'if [ "$1" = build ]; then ls "$4" > ' f'{tmp_path}/context; fi\n')
+    (bin_dir / "docker").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    out = package.run(make_cfg(build_image="auto", image_tag="soarlab-test:1"))
+    calls = (tmp_path / "docker-calls").read_text().splitlines()
+    assert calls[0] == "info" and calls[1].startswith("build -t soarlab-test:1 ")
+    assert {"Dockerfile", "submission", "docker-entrypoint.sh"} <= set((tmp_path / "context").read_text().split())
+    assert json.loads((out / "metrics.json").read_text())["image_built"] == 1
+
+
+def test_sglang_engine_config_is_used_when_engine_is_sglang(project):
+    cfg = make_cfg(engine="sglang", quant={"name": "none", "serve_quantization": None})
+    cfg.engine.server_args["chunked-prefill-size"] = 16384
+    out = package.run(cfg)
+    args = json.loads((out / "summary.json").read_text())["sglang_server_args"]
+    assert "--chunked-prefill-size 16384" in args and "--quantization" not in args

@@ -1,0 +1,87 @@
+"""The whole pipeline, for real: `dvc repro` on the tiny default in a copy of this project, then
+`dvc exp run -S quant=none`, which must make a second MLflow run without re-running fetch.
+
+Nothing is mocked: real DVC, real `transformers serve`, real GPTQModel, real lm-eval, real MLflow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def _copy_project(dest: Path) -> None:
+    """Tracked and untracked-but-not-ignored files: what a fresh clone plus local edits would hold."""
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.decode().split("\0")
+    for name in filter(None, files):
+        if (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    dest = tmp_path_factory.mktemp("project")
+    _copy_project(dest)
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    env.pop("DVC_ROOT", None)
+    for cmd in (["git", "init", "-q", "-b", "main"], ["git", "add", "-A"], ["git", "commit", "-qm", "copy"]):
+        subprocess.run(cmd, cwd=dest, env=env, check=True)
+    return dest, env
+
+
+def _run(cmd: list[str], project) -> str:
+    dest, env = project
+    proc = subprocess.run(cmd, cwd=dest, env=env, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout + proc.stderr
+
+
+def _runs(dest: Path):
+    client = mlflow.MlflowClient(f"sqlite:///{dest / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("soarlab")
+    return client, client.search_runs([experiment.experiment_id], order_by=["attributes.start_time ASC"])
+
+
+def test_dvc_repro_runs_every_stage_and_logs_one_run(project):
+    dest, _ = project
+    _run(["dvc", "repro"], project)
+    score = json.loads((dest / "reports" / "score.json").read_text())
+    assert score["valid"] == 1 and score["final"] is not None and 0 <= score["C"] <= 1
+    for path in ("models/quantized/config.json", "reports/package/submission.tar.gz", "reports/bench/metrics.json",
+                 "reports/accuracy/metrics.json", "data/speed.jsonl", "data/correctness.jsonl"):
+        assert (dest / path).is_file(), path
+    client, runs = _runs(dest)
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.data.params["quant.name"] == "gptq_w4"
+    assert {"score.final", "bench.S1_duration_s", "accuracy.ori_accuracy"} <= set(run.data.metrics)
+    assert run.data.tags["git.commit"]
+    assert client.list_artifacts(run.info.run_id, "reports")
+
+
+def test_exp_run_with_another_quant_skips_fetch_and_logs_a_second_run(project):
+    dest, _ = project
+    out = _run(["dvc", "exp", "run", "-S", "quant=none"], project)
+    assert "Running stage 'fetch-model'" not in out and "Running stage 'fetch-data'" not in out
+    assert "Running stage 'quantize'" in out
+    client, runs = _runs(dest)
+    assert len(runs) == 2
+    assert runs[1].data.params["quant.name"] == "none" and runs[1].data.tags["dvc.experiment"]

@@ -1,0 +1,219 @@
+"""Quantization of the tiny model with real GPTQModel (CPU): every preset, rules, faults, stage, CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from soarlab.config import compose
+from soarlab.errors import SoarError
+
+PRESETS = ("gptq_w4", "gptq_w4_mixed", "gptq_w8", "rtn_w4", "none")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def qcfg(preset="gptq_w4", **changes):
+    cfg = compose([f"quant={preset}"]).quant
+    OmegaConf.set_struct(cfg, False)
+    for key, value in changes.items():
+        OmegaConf.update(cfg, key, value, merge=False)
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def quantized(tiny_model_dir, tmp_path_factory):
+    """preset -> (output dir, report); each preset quantized once per module."""
+    from soarlab.quant.quantize import quantize_checkpoint
+
+    cache = {}
+
+    def get(preset):
+        if preset not in cache:
+            out = tmp_path_factory.mktemp(preset) / "model"
+            cache[preset] = (out, quantize_checkpoint(tiny_model_dir, out, qcfg(preset), model_name="tiny"))
+        return cache[preset]
+
+    return get
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_preset_quantizes_checks_reloads_and_generates(preset, quantized, tiny_tokenizer):
+    import torch
+
+    from soarlab.quant.check import check_checkpoint
+    from soarlab.quant.hf_compat import load_causal_lm
+
+    out, report = quantized(preset)
+    assert check_checkpoint(out) == []
+    config = json.loads((out / "config.json").read_text())
+    assert "AutoConfig" not in config["auto_map"] and "AutoModelForCausalLM" in config["auto_map"]
+    assert config["dtype"] == "bfloat16"
+    for name in ("tokenizer.json", "chat_template.jinja", "generation_config.json", "modeling_minicpm_sala.py"):
+        assert (out / name).is_file(), name
+    assert report["serve_quantization"] == compose([f"quant={preset}"]).quant.serve_quantization
+    model = load_causal_lm(out)
+    ids = tiny_tokenizer("The model", return_tensors="pt")
+    with torch.no_grad():
+        gen = model.generate(**ids, max_new_tokens=4, do_sample=False)
+    assert gen.shape[1] == ids["input_ids"].shape[1] + 4
+    m = report["metrics"]
+    if preset == "none":
+        assert "quantization_config" not in config and m["modules_bf16"] == m["modules_total"]
+    else:
+        assert m["size_after_bytes"] < m["size_before_bytes"]
+        assert 0 < m["rel_output_error_mean"] < 0.3
+
+
+def test_plain_transformers_call_reloads_after_prepare(quantized):
+    """After hf_compat.prepare(dir), the plain transformers call works (what the engines use)."""
+    from transformers import AutoModelForCausalLM
+
+    from soarlab.quant.hf_compat import prepare
+
+    out, _ = quantized("gptq_w4_mixed")
+    prepare(out)
+    model = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True)
+    assert model.model.layers[0].self_attn.q_proj.bits == 8
+    assert model.model.layers[1].self_attn.q_proj.bits == 4
+    assert type(model.model.layers[0].self_attn.o_gate).__name__ == "Linear"
+
+
+def test_mixed_preset_keeps_sparse_qkv_at_8_bits_and_exclusions_bf16(quantized):
+    from safetensors import safe_open
+
+    out, report = quantized("gptq_w4_mixed")
+    config = json.loads((out / "config.json").read_text())
+    mixers = config["mixer_types"]
+    with safe_open(str(out / "model.safetensors"), framework="pt") as f:
+        keys = set(f.keys())
+        for i, mixer in enumerate(mixers):
+            q = f.get_slice(f"model.layers.{i}.self_attn.q_proj.qweight").get_shape()
+            assert q[0] == config["hidden_size"] * (8 if mixer == "minicpm4" else 4) // 32
+            gate = "o_gate" if mixer == "minicpm4" else "z_proj"
+            assert f"model.layers.{i}.self_attn.{gate}.weight" in keys
+            assert f"model.layers.{i}.self_attn.{gate}.qweight" not in keys
+    assert "lm_head.weight" in keys and "model.embed_tokens.weight" in keys
+    dyn = config["quantization_config"]["dynamic"]
+    assert list(dyn)[0].startswith("-:")  # negatives first: first match wins in SGLang
+    assert any("qkv_proj" in k for k in dyn)  # SGLang's fused name is covered too
+    assert report["bits_per_module"]["model.layers.0.self_attn.o_gate"] == "bf16"
+    assert report["metrics"]["rel_output_error_mean_8bit"] < report["metrics"]["rel_output_error_mean_4bit"]
+
+
+# --- rules (no quantization needed)
+
+def _plan(tiny_model_dir, **changes):
+    from soarlab.quant.rules import build_plan, inventory
+
+    return build_plan(inventory(tiny_model_dir), qcfg(**changes))
+
+
+def test_rule_matching_no_module_warns_with_its_name(tiny_model_dir):
+    with pytest.warns(UserWarning, match="ghost"):
+        plan = _plan(tiny_model_dir, rules=[{"name": "ghost", "match": r".*\.nothing_here", "bits": 8}])
+    assert any("ghost" in w for w in plan.warnings)
+
+
+def test_rule_quantizing_an_excluded_module_is_an_error(tiny_model_dir):
+    with pytest.raises(SoarError, match="o_gate"):
+        _plan(tiny_model_dir, rules=[{"name": "greedy", "match": r".*\.self_attn\..*", "bits": 8}])
+
+
+def test_rule_with_override_exclude_may_quantize_an_excluded_module(tiny_model_dir):
+    plan = _plan(tiny_model_dir, rules=[{"name": "gate8", "match": r".*\.o_gate", "bits": 8, "override_exclude": True}])
+    assert plan.bits["model.layers.0.self_attn.o_gate"] == 8
+
+
+def test_rule_splitting_a_fused_group_is_an_error(tiny_model_dir):
+    with pytest.raises(SoarError, match="fuses"):
+        _plan(tiny_model_dir, rules=[{"name": "q_only", "match": r".*\.q_proj", "bits": 8}])
+
+
+def test_keep_rule_and_mixer_selection(tiny_model_dir):
+    plan = _plan(tiny_model_dir, rules=[{"name": "keep_lightning_mlp", "mixer": "lightning-attn",
+                                         "match": r".*\.mlp\..*", "bits": "keep"}])
+    assert plan.bits["model.layers.1.mlp.up_proj"] is None
+    assert plan.bits["model.layers.0.mlp.up_proj"] == 4
+    assert any(k.startswith("-:") and "gate_up_proj" in k for k in plan.dynamic)
+
+
+def test_group_size_not_dividing_inputs_is_an_error(tiny_model_dir):
+    with pytest.raises(SoarError, match="group_size"):
+        _plan(tiny_model_dir, group_size=96)
+
+
+def test_model_dir_without_weights_is_an_error(tiny_model_dir, tmp_path):
+    from soarlab.quant.quantize import quantize_checkpoint
+
+    src = tmp_path / "noweights"
+    shutil.copytree(tiny_model_dir, src, ignore=shutil.ignore_patterns("*.safetensors"))
+    with pytest.raises(SoarError, match="safetensors"):
+        quantize_checkpoint(src, tmp_path / "out", qcfg("rtn_w4"))
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fault", [KeyboardInterrupt(), OSError(28, "No space left on device")])
+def test_interrupt_or_full_disk_mid_write_leaves_no_output(fault, tiny_model_dir, tmp_path, monkeypatch):
+    """The fault is injected after GPTQModel wrote its files, before the output is complete."""
+    from soarlab.quant import quantize as q
+
+    def boom(*args, **kwargs):
+        raise fault
+
+    monkeypatch.setattr(q, "_fix_config", boom)
+    with pytest.raises(type(fault)):
+        q.quantize_checkpoint(tiny_model_dir, tmp_path / "out", qcfg("rtn_w4"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_check_leaves_no_output(tiny_model_dir, tmp_path):
+    from soarlab.quant.quantize import quantize_checkpoint
+
+    # An exclusion list the output violates (mlp quantized but "must stay unquantized").
+    with pytest.raises(SoarError, match="fails"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            quantize_checkpoint(tiny_model_dir, tmp_path / "out",
+                                qcfg("rtn_w4", rules=[{"name": "mlp", "match": r".*\.mlp\..*", "bits": 4,
+                                                       "override_exclude": True}],
+                                     exclude=[r".*\.o_gate", r".*\.z_proj", "lm_head", r"model\.embed_tokens", r".*\.mlp\..*"]))
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- stage and CLI
+
+def test_stage_writes_model_and_reports(tiny_model_dir, tmp_path, monkeypatch):
+    from soarlab.stages import quantize as stage
+
+    shutil.copytree(ROOT / "conf", tmp_path / "conf")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "base").symlink_to(tiny_model_dir)
+    monkeypatch.chdir(tmp_path)
+    cfg = compose(["quant=rtn_w4"])
+    stage.run(cfg)
+    assert (tmp_path / "models" / "quantized" / "model.safetensors").is_file()
+    report = json.loads((tmp_path / "reports" / "quantize" / "report.json").read_text())
+    metrics = json.loads((tmp_path / "reports" / "quantize" / "metrics.json").read_text())
+    assert report["preset"] == "rtn_w4" and report["checks"] == "passed"
+    assert all(isinstance(v, (int, float)) for v in metrics.values())
+    assert {"size_before_bytes", "size_after_bytes", "quantize_seconds", "rel_output_error_mean"} <= set(metrics)
+
+
+def test_prepare_model_cli(tiny_model_dir, tmp_path, capsys):
+    from soarlab.cli import main
+
+    out = tmp_path / "processed"
+    assert main(["prepare-model", "--input", str(tiny_model_dir), "--output", str(out), "quant=rtn_w4"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["preset"] == "rtn_w4"
+    assert main(["check-checkpoint", str(out)]) == 0
+
+
+def test_prepare_model_cli_bad_input_exits_2(tmp_path):
+    from soarlab.cli import main
+
+    assert main(["prepare-model", "--input", str(tmp_path / "missing"), "--output", str(tmp_path / "o")]) == 2
