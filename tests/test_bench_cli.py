@@ -67,6 +67,7 @@ def test_stage_runs_three_levels(speed_set, tiny_model_dir, tmp_path, monkeypatc
 
     @contextlib.contextmanager
     def open_engine(cfg, model_dir, log_path):
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         Path(log_path).write_text("loopback\n")
         with LoopbackServer(api="sglang") as srv:
             yield types.SimpleNamespace(base_url=srv.base_url, api="sglang", model="tiny",
@@ -84,5 +85,5 @@ def test_stage_runs_three_levels(speed_set, tiny_model_dir, tmp_path, monkeypatc
     out = tmp_path / "reports" / "bench"
     flat = json.loads((out / "metrics.json").read_text())
     assert {f"{L}_duration_s" for L in ("S1", "S8", "Smax")} <= set(flat)
-    assert (out / "server.log").is_file() and (out / "Smax.requests.jsonl").is_file()
+    assert (tmp_path / "reports" / "logs" / "bench-server.log").is_file() and (out / "Smax.requests.jsonl").is_file()
     assert json.loads((out / "S1.json").read_text())["runs"][0]["cache_flush"] == "flushed"
