@@ -32,7 +32,7 @@ def _network_fix(target: Path) -> str:
     return (
         "check the network; behind a mirror set HF_ENDPOINT (e.g. HF_ENDPOINT=https://hf-mirror.com); "
         "or download from ModelScope with model.source=modelscope; or copy a downloaded model in with "
-        f"model.source=local +model.local_path=/path/to/MiniCPM-SALA (it becomes {target}); "
+        f"model.source=local model.local_path=/path/to/MiniCPM-SALA (it becomes {target}); "
         "a rerun resumes a partial download"
     )
 
@@ -127,7 +127,7 @@ def fetch_model(model_cfg, target: str | Path) -> Path:
     elif source == "local":
         local_path = OmegaConf.select(model_cfg, "local_path", default=None)
         if not local_path:
-            raise SoarError("model.source=local needs model.local_path", "add +model.local_path=/path/to/model")
+            raise SoarError("model.source=local needs model.local_path", "add model.local_path=/path/to/model")
         copy_local(Path(local_path), staging)
     else:
         raise SoarError(f"unknown model.source {source!r}", f"use one of embedded, {', '.join(SOURCES)}")
