@@ -16,12 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def project(tmp_path, monkeypatch) -> Path:
-    """A project with the config groups eval-score composes (model, eval, score), independent of other groups."""
-    for group in ("model", "eval", "score"):
-        shutil.copytree(ROOT / "conf" / group, tmp_path / "conf" / group)
-    (tmp_path / "conf" / "config.yaml").write_text(
-        "defaults:\n  - model: tiny\n  - eval: tiny\n  - score: soar2026\n  - _self_\n"
-    )
+    """A copy of the project's config in a scratch folder, so the test writes nothing into the checkout."""
+    shutil.copytree(ROOT / "conf", tmp_path / "conf")
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

@@ -39,16 +39,22 @@ def atomic_dir(target: str | Path) -> Iterator[Path]:
     tmp.chmod(0o755)  # mkdtemp makes it owner-only; outputs are shared like any folder
     try:
         yield tmp
-        if target.exists():
-            old = target.with_name(f".{target.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(target, old)
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
+        replace_dir(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def replace_dir(src: Path, target: Path) -> None:
+    """Rename the finished folder `src` into place as `target` (an old `target` is removed afterwards)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists():
+        old = target.with_name(f".{target.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(target, old)
+        os.replace(src, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(src, target)
 
 
 def write_text(target: str | Path, text: str) -> None:

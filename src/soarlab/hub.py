@@ -7,10 +7,10 @@ half-written.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
+from soarlab.atomic import replace_dir
 from soarlab.errors import SoarError
 
 SOURCES = ("huggingface", "modelscope", "local")
@@ -98,19 +98,6 @@ def copy_local(source: Path, local_dir: Path) -> Path:
     return local_dir
 
 
-def _replace_dir(src: Path, target: Path) -> None:
-    """Rename a finished folder into place (the old one, if any, is removed afterwards)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if target.exists():
-        old = target.with_name(f".{target.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(target, old)
-        os.replace(src, target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(src, target)
-
-
 def fetch_model(model_cfg, target: str | Path) -> Path:
     """Download/copy the model named by the `model` config section into `target`; returns it."""
     from omegaconf import OmegaConf
@@ -134,5 +121,5 @@ def fetch_model(model_cfg, target: str | Path) -> Path:
     validate_model_dir(staging)
     # the hub's resume metadata stays out of the model folder
     shutil.rmtree(staging / ".cache", ignore_errors=True)
-    _replace_dir(staging, target)
+    replace_dir(staging, target)
     return target

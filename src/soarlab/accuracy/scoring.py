@@ -242,34 +242,26 @@ def read_predictions(path: str | Path) -> list[dict]:
     Accepted per line: a JSON object with `prediction` (or one of PREDICTION_FIELDS), a null
     prediction (scored 0), or a bare JSON string. An object with `failed`/`error` is a failed request.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise SoarError(f"predictions file {path} not found", "give the JSONL file the model's outputs were written to")
+    from soarlab.datasets.soar import iter_json_lines
+
     out = []
-    with path.open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SoarError(f"{path} line {number} is not valid JSON ({exc.msg})", "write one JSON object per line") from None
-            if isinstance(obj, str):
-                out.append({"prediction": obj})
-                continue
-            if not isinstance(obj, dict):
-                raise SoarError(f"{path} line {number} is not a JSON object", "write one JSON object per line")
-            field = next((f for f in PREDICTION_FIELDS if f in obj), None)
-            if field is None:
-                raise SoarError(
-                    f"{path} line {number} has no prediction field (looked for {', '.join(PREDICTION_FIELDS)})",
-                    "give every line a `prediction` field holding the model's output text",
-                )
-            value = obj[field]
-            if value is not None and not isinstance(value, str):
-                raise SoarError(f"{path} line {number}: {field} must be a string or null", "write the model output as a JSON string")
-            failed = bool(obj.get("failed")) or bool(obj.get("error"))
-            out.append({"prediction": value, "failed": failed, "error": obj.get("error")})
+    for number, obj in iter_json_lines(path, what="predictions file"):
+        if isinstance(obj, str):
+            out.append({"prediction": obj})
+            continue
+        if not isinstance(obj, dict):
+            raise SoarError(f"{path} line {number} is not a JSON object", "write one JSON object per line")
+        field = next((f for f in PREDICTION_FIELDS if f in obj), None)
+        if field is None:
+            raise SoarError(
+                f"{path} line {number} has no prediction field (looked for {', '.join(PREDICTION_FIELDS)})",
+                "give every line a `prediction` field holding the model's output text",
+            )
+        value = obj[field]
+        if value is not None and not isinstance(value, str):
+            raise SoarError(f"{path} line {number}: {field} must be a string or null", "write the model output as a JSON string")
+        failed = bool(obj.get("failed")) or bool(obj.get("error"))
+        out.append({"prediction": value, "failed": failed, "error": obj.get("error")})
     return out
 
 
@@ -290,8 +282,8 @@ def score_files(dataset: str | Path, predictions: str | Path, cfg) -> dict:
 
 def eval_score_cli(args) -> int:
     """`soarlab eval-score --dataset FILE --predictions FILE [overrides]`: print one JSON object."""
-    from soarlab.config import compose
+    from soarlab.config import compose_official
 
-    cfg = compose(list(args.overrides))
+    cfg = compose_official(args.overrides)
     print(json.dumps(score_files(args.dataset, args.predictions, cfg)))
     return 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Iterator, Sequence
 
 from soarlab.errors import SoarError
 
@@ -22,38 +22,43 @@ def _describe(field: str | tuple[str, ...]) -> str:
     return field if isinstance(field, str) else " or ".join(f'"{f}"' for f in field)
 
 
+def iter_json_lines(path: str | Path, what: str = "dataset") -> Iterator[tuple[int, Any]]:
+    """(1-based line number, parsed JSON value) of each non-blank line; bad JSON raises naming the line."""
+    path = Path(path)
+    if not path.is_file():
+        raise SoarError(f"{what} {path} not found", "give the path of a JSONL file")
+    with path.open(encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield number, json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SoarError(
+                    f"{path} line {number} is not valid JSON ({exc.msg})", "write one JSON object per line"
+                ) from None
+
+
 def read_jsonl(path: str | Path, required_fields: Sequence[str | tuple[str, ...]] = ()) -> list[dict]:
     """All rows of a JSONL file, each a dict with its 1-based `line` number under the key `_line`.
 
     Blank lines are skipped. A line that is not a JSON object, or lacks a required field
     (or all of a tuple's alternatives), raises SoarError naming the line. An empty file raises too.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise SoarError(f"dataset {path} not found", "give the path of a SOAR-format JSONL file")
     rows: list[dict] = []
-    with path.open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
+    for number, row in iter_json_lines(path):
+        if not isinstance(row, dict):
+            raise SoarError(f"{path} line {number} is not a JSON object", "write one JSON object per line")
+        for field in required_fields:
+            names = (field,) if isinstance(field, str) else field
+            if not any(name in row for name in names):
                 raise SoarError(
-                    f"{path} line {number} is not valid JSON ({exc.msg})", "write one JSON object per line"
-                ) from None
-            if not isinstance(row, dict):
-                raise SoarError(f"{path} line {number} is not a JSON object", "write one JSON object per line")
-            for field in required_fields:
-                names = (field,) if isinstance(field, str) else field
-                if not any(name in row for name in names):
-                    raise SoarError(
-                        f"{path} line {number} has no {_describe(field)} field",
-                        "give every line the fields of the SOAR format "
-                        + ", ".join(_describe(f) for f in required_fields),
-                    )
-            row["_line"] = number
-            rows.append(row)
+                    f"{path} line {number} has no {_describe(field)} field",
+                    "give every line the fields of the SOAR format "
+                    + ", ".join(_describe(f) for f in required_fields),
+                )
+        row["_line"] = number
+        rows.append(row)
     if not rows:
         raise SoarError(f"dataset {path} is empty", "give a JSONL file with at least one request line")
     return rows

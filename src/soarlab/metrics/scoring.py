@@ -66,10 +66,9 @@ def parse_levels(text: str) -> dict[str, float]:
 
 
 def score_cli(args) -> int:
-    from soarlab.config import compose
+    from soarlab.config import compose_official
 
-    # The official baseline (RULES.md 1) is the real model's; overrides may still change it.
-    cfg = compose(["model=minicpm_sala", *args.overrides])
+    cfg = compose_official(args.overrides)
     result = final_score(
         parse_levels(args.durations), parse_levels(args.best), args.ori_accuracy, cfg.model.baseline_accuracy, cfg.score
     )
