@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -99,7 +100,8 @@ def log_pipeline_run(cfg: DictConfig, reports: Path, params_file: Path, speed_se
     try:
         params = [Param(k, json.dumps(v) if not isinstance(v, str) else v) for k, v in flatten(cfg).items()]
         params = [Param(p.key, p.value[:_MAX_PARAM_CHARS]) for p in params]
-        metrics = [Metric(k, v, 0, 0) for k, v in _report_metrics(reports)]
+        now_ms = int(time.time() * 1000)
+        metrics = [Metric(k, v, now_ms, 0) for k, v in _report_metrics(reports)]
         for start in range(0, len(params), 100):  # MLflow's batch limit is 100 params per call
             client.log_batch(run_id, params=params[start : start + 100])
         client.log_batch(run_id, metrics=metrics, tags=[RunTag(k, v) for k, v in tags.items()])
