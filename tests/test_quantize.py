@@ -202,6 +202,7 @@ def test_stage_writes_model_and_reports(tiny_model_dir, tmp_path, monkeypatch):
     assert report["preset"] == "rtn_w4" and report["checks"] == "passed"
     assert all(isinstance(v, (int, float)) for v in metrics.values())
     assert {"size_before_bytes", "size_after_bytes", "quantize_seconds", "rel_output_error_mean"} <= set(metrics)
+    assert not (tmp_path / "logs").exists()  # GPTQModel's own per-layer log is not left in the project
 
 
 def test_prepare_model_cli(tiny_model_dir, tmp_path, capsys):

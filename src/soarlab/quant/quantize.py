@@ -14,9 +14,11 @@ an interrupt, a full disk or a failed check leaves no output that looks valid.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -112,12 +114,28 @@ def _gptq(input_dir: Path, out_dir: Path, qcfg, plan, cal: dict, samples: list[d
                                 damp_auto_increment=float(qcfg.damp_auto_increment),
                                 act_group_aware=bool(qcfg.act_group_aware) and not bool(qcfg.desc_act))
     model = GPTQModel.load(str(input_dir), config, trust_remote_code=True, dtype=torch.bfloat16)
-    if qcfg.method == "rtn":
-        model.quantize(None)
-    else:
-        model.quantize(samples, batch_size=int(cal["batch_size"]))
+    with _gptqmodel_logs_elsewhere():
+        if qcfg.method == "rtn":
+            model.quantize(None)
+        else:
+            model.quantize(samples, batch_size=int(cal["batch_size"]))
     model.save(str(out_dir))
     del model
+
+
+@contextlib.contextmanager
+def _gptqmodel_logs_elsewhere():
+    """GPTQModel 7.6 writes a per-layer log into ./logs of whatever folder it runs in (the project
+    root, under DVC); our report holds what matters, so its log goes to a folder removed afterwards."""
+    from gptqmodel.looper import loop_processor
+
+    saved = loop_processor._PROJECT_LOG_DIR
+    with tempfile.TemporaryDirectory(prefix="gptqmodel-logs-") as tmp:
+        loop_processor._PROJECT_LOG_DIR = Path(tmp)
+        try:
+            yield
+        finally:
+            loop_processor._PROJECT_LOG_DIR = saved
 
 
 def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg, model_name: str | None = None,
