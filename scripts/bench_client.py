@@ -218,8 +218,8 @@ def main() -> None:
     print(f"\nClient-added latency per request (S1, {s1[0]['requests']} requests, mean e2e minus the server "
           f"handler's own time): SOAR Lab {runs([r['mean_e2e_ms'] - r['server_ms'] for r in s1], '.2f')} ms "
           f"(mean e2e {runs([r['mean_e2e_ms'] for r in s1], '.2f')} ms)"
-          + (f"; official mean e2e {runs([r['official']['mean_e2e_ms'] - r['server_ms'] for r in s1], '.2f')} ms "
-             f"over the same server time" if s1[0]["official"] else "") + ".")
+          + (f"; the official tool, its mean e2e minus the same server time: "
+             f"{runs([r['official']['mean_e2e_ms'] - r['server_ms'] for r in s1], '.2f')} ms" if s1[0]["official"] else "") + ".")
     print(f"\nDuration against a server with a fixed delay ({1000 * args.token_delay_s:g} ms per token, "
           f"{args.delay_tokens}-token outputs):\n")
     print("| level | requests | SOAR Lab duration (s) | official duration (s) | SOAR/official - 1 (%) |  server floor (s) |")
