@@ -62,7 +62,7 @@ class _TokenText:
 
     def __init__(self, tokenizer, corpus: str):
         self.tok = tokenizer
-        self.ids = tokenizer.encode(corpus, add_special_tokens=False)
+        self.ids = tokenizer.encode(corpus, add_special_tokens=False, verbose=False)  # the whole corpus: longer than the model on purpose
         self.extra = len(tokenizer.encode("a")) - len(tokenizer.encode("a", add_special_tokens=False))
         if len(self.ids) < 64:
             raise SoarError("the corpus encodes to too few tokens", "use a longer corpus text")

@@ -50,7 +50,7 @@ def calibration_samples(tokenizer, source: str, num_samples: int, seq_len: int, 
     rng = random.Random(seed)
     rng.shuffle(texts)
     sep = tokenizer.eos_token or "\n\n"
-    ids = tokenizer(sep.join(texts), add_special_tokens=False)["input_ids"]
+    ids = tokenizer(sep.join(texts), add_special_tokens=False, verbose=False)["input_ids"]  # cut into windows below
     warnings = []
     if len(ids) < seq_len:
         raise SoarError(f"calibration source {source} has {len(ids)} tokens, fewer than seq_len={seq_len}",
