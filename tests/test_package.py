@@ -127,22 +127,19 @@ def test_prepare_model_calls_bundled_soarlab(project, tmp_path):
     cwd, pp, argv = (tmp_path / "call").read_text().splitlines()
     assert cwd == f"cwd={out / 'submission' / 'soarlab'}"
     assert pp.startswith(f"pp={out / 'submission' / 'soarlab' / 'src'}")
-    assert argv == f"-m soarlab.cli prepare-model --input {model_in} --output {tmp_path / 'processed'} quant=submission"
+    assert argv == f"-m soarlab.cli prepare-model --input {model_in} --output {tmp_path / 'processed'} quant=submission model=minicpm_sala"
     result = bash(f'bash "{script}" --input "{model_in}"')
     assert result.returncode == 2 and "usage" in result.stderr
 
 
 def test_bundled_config_composes_with_frozen_quant(project, tmp_path):
-    """The bundle is self-contained for config: `quant=submission` composes from its conf/."""
+    """The bundle is self-contained for config: what prepare_model.sh passes composes from its conf/."""
     from soarlab.config import compose
 
-    try:
-        compose([], root=project)
-    except SoarError as exc:
-        pytest.skip(f"the project's conf/ does not compose yet (other groups missing): {exc}")
     out = package.run(make_cfg())
-    cfg = compose(["quant=submission"], root=out / "submission" / "soarlab")
-    assert cfg.quant.serve_quantization == "gptq_marlin"
+    cfg = compose(["quant=submission", "model=minicpm_sala"], root=out / "submission" / "soarlab")
+    assert cfg.quant.serve_quantization == "gptq_marlin" and cfg.quant.name == "gptq_w4_test"
+    assert cfg.model.name == "minicpm_sala"
 
 
 def test_size_limit(project):

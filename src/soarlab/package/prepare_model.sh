@@ -32,4 +32,4 @@ output="$(cd "$output" && pwd)"
 py="${SOARLAB_PYTHON:-$(command -v python3 || command -v python)}"
 export PYTHONPATH="$here/soarlab/src${PYTHONPATH:+:$PYTHONPATH}"
 cd "$here/soarlab"   # the bundled project: conf/ is found from here
-exec "$py" -m soarlab.cli prepare-model --input "$input" --output "$output" quant=submission
+exec "$py" -m soarlab.cli prepare-model --input "$input" --output "$output" quant=submission model={{MODEL}}

@@ -137,7 +137,7 @@ def run(cfg) -> Path:
             "UV_EXTRA_ARGS": uv_extra, "SOARLAB_VERSION": version,
         }))
         (sub / "prepare_model.sh").write_text(render("prepare_model.sh", {
-            "QUANT_PRESET": quant_preset, "SOARLAB_VERSION": version,
+            "QUANT_PRESET": quant_preset, "MODEL": str(pkg.model), "SOARLAB_VERSION": version,
         }))
         (sub / "prepare_model.sh").chmod(0o755)
         copy_project(root, sub / "soarlab")
