@@ -224,7 +224,6 @@ def main() -> int:
     server_log = work / "server.log"
     bench_dir = work / "bench"
     bench_dir.mkdir(exist_ok=True)
-    url = f"http://127.0.0.1:{args.port}"
     overrides = [
         "engine=sglang", "quant=none", f"engine.port={args.port}", "engine.startup_timeout_s=480",
         f"engine.server_args.attention-backend={args.attention_backend}",

@@ -49,7 +49,7 @@ class FakeChatServer:
         )
 
     async def _completions(self, request):
-        body = await request.json()
+        await request.json()
         choice = {"index": 0, "text": "x", "finish_reason": "length"}  # like transformers serve: no logprobs
         return web.json_response({"id": "c", "object": "text_completion", "choices": [choice]})
 

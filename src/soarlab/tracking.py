@@ -8,7 +8,6 @@ and tags for the git commit, the DVC experiment, the model and the speed set.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -24,14 +23,6 @@ from soarlab.paths import owning_project_root
 LEVELS = ("S1", "S8", "Smax")
 # MLflow rejects param values over this many characters.
 _MAX_PARAM_CHARS = 6000
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def tracking_uri(cfg: DictConfig) -> str:

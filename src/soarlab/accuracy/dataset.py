@@ -11,25 +11,17 @@ is written, atomically, to `dest`.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
 from pathlib import Path
 from typing import Mapping
 
 from soarlab.atomic import atomic_path
+from soarlab.datasets.soar import file_sha256
 from soarlab.errors import SoarError
 
 EMBEDDED = Path(__file__).resolve().parents[1] / "datasets" / "embedded" / "correctness.jsonl"
 RAW_URL = "https://raw.githubusercontent.com/{repo}/{commit}/{file}"
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _download(url: str, target: Path, timeout: float = 120.0) -> None:
@@ -76,7 +68,7 @@ def fetch_correctness_set(dataset_cfg: Mapping, dest: str | Path) -> Path:
                 )
             url = RAW_URL.format(repo=dataset_cfg["repo"], commit=commit, file=dataset_cfg["file"])
             _download(url, tmp)
-            got = sha256_of(tmp)
+            got = file_sha256(tmp)
             if got != sha:
                 raise SoarError(
                     f"{url} has sha256 {got}, not the pinned {sha}",

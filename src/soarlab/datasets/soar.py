@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -20,6 +21,15 @@ RESPONSE_FIELD = "model_response"
 
 def _describe(field: str | tuple[str, ...]) -> str:
     return field if isinstance(field, str) else " or ".join(f'"{f}"' for f in field)
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex sha256 of a file: a dataset's identity (pinned downloads, runs compared on the same speed set)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def iter_json_lines(path: str | Path, what: str = "dataset") -> Iterator[tuple[int, Any]]:

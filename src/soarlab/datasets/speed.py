@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any
 
 from soarlab.errors import SoarError
 

@@ -11,7 +11,8 @@ from soarlab.atomic import write_json
 from soarlab.errors import SoarError
 from soarlab.metrics.scoring import LEVELS, final_score
 from soarlab.paths import project_root
-from soarlab.tracking import file_sha256, recorded_durations
+from soarlab.datasets.soar import file_sha256
+from soarlab.tracking import recorded_durations
 
 
 def _read(path: Path) -> dict:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from soarlab.paths import project_root
-from soarlab.tracking import file_sha256, log_pipeline_run, tracking_uri
+from soarlab.datasets.soar import file_sha256
+from soarlab.tracking import log_pipeline_run, tracking_uri
 
 
 def run(cfg: DictConfig) -> None:
