@@ -8,31 +8,27 @@ defines output lengths is `--tokenizer`, else the one the server names.
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from pathlib import Path
 
+from soarlab.engines.server import http_request, served_models
 from soarlab.errors import SoarError
 
 
 def _get_json(url: str, timeout: float = 10.0):
+    """The JSON body of a 200 answer, else None."""
+    status, text = http_request(url, timeout=timeout)
+    if status != 200:
+        return None
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return json.loads(resp.read() or b"null")
-    except (urllib.error.URLError, OSError, ValueError):
+        return json.loads(text or "null")
+    except ValueError:
         return None
 
 
 def _reachable(base_url: str) -> bool:
-    for path in ("/health", "/v1/models", "/get_model_info"):
-        try:
-            with urllib.request.urlopen(base_url + path, timeout=10):
-                return True
-        except urllib.error.HTTPError:
-            return True  # it answered
-        except (urllib.error.URLError, OSError):
-            continue
-    return False
+    """Anything answers (any status) on one of the endpoints servers of either API have."""
+    return any(http_request(base_url + path, timeout=10)[0] is not None
+               for path in ("/health", "/v1/models", "/get_model_info"))
 
 
 def probe_api(base_url: str) -> str:
@@ -47,8 +43,8 @@ def server_model(base_url: str, api: str) -> str | None:
     if api == "sglang":
         info = _get_json(base_url + "/get_model_info") or {}
         return info.get("tokenizer_path") or info.get("model_path")
-    models = (_get_json(base_url + "/v1/models") or {}).get("data") or []
-    return models[0]["id"] if models else None
+    models = served_models(base_url, timeout=10.0)
+    return models[0] if models else None
 
 
 def prepare(dataset: str | Path, tokenizer, bench) -> tuple[list, dict]:
