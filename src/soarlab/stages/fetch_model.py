@@ -13,10 +13,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from soarlab.accuracy.dataset import EMBEDDED as EMBEDDED_QA
 from soarlab.atomic import write_json
 from soarlab.paths import project_root
-
-EMBEDDED_QA = Path(__file__).resolve().parents[1] / "datasets" / "embedded" / "correctness.jsonl"
 
 
 def embedded_qa_rows(path: Path | None = None) -> list[dict]:
