@@ -7,44 +7,20 @@ Nothing is mocked: real DVC, real `transformers serve`, real GPTQModel, real lm-
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import mlflow
 import pytest
 
-from conftest import ROOT
+from conftest import make_project
 
 pytestmark = pytest.mark.slow
 
 
-def _copy_project(dest: Path) -> None:
-    """Tracked and untracked-but-not-ignored files: what a fresh clone plus local edits would hold."""
-    files = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True
-    ).stdout.decode().split("\0")
-    for name in filter(None, files):
-        if (ROOT / name).is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, dest / name)
-
-
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    dest = tmp_path_factory.mktemp("project")
-    _copy_project(dest)
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-    }
-    env.pop("DVC_ROOT", None)
-    for cmd in (["git", "init", "-q", "-b", "main"], ["git", "add", "-A"], ["git", "commit", "-qm", "copy"]):
-        subprocess.run(cmd, cwd=dest, env=env, check=True)
-    return dest, env
+    return make_project(tmp_path_factory.mktemp("project"))
 
 
 def _run(cmd: list[str], project) -> str:
