@@ -21,6 +21,7 @@ from aiohttp import web
 from omegaconf import OmegaConf
 
 from soarlab.accuracy.dataset import EMBEDDED
+from soarlab.config import compose
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,7 +76,7 @@ class FakeChatServer:
 
 
 def eval_cfg(**changes):
-    cfg = OmegaConf.load(ROOT / "conf" / "eval" / "tiny.yaml")
+    cfg = compose(root=ROOT).eval
     cfg.retry_backoff_s = 0.01
     for key, value in changes.items():
         OmegaConf.update(cfg, key, value)
@@ -144,7 +145,7 @@ def test_stage_evaluate_writes_ci_and_skips_loglikelihood_tasks_without_echo(tin
         {
             "eval": eval_cfg(tasks=["hellaswag"]),
             "model": {"baseline_accuracy": 80.0},
-            "score": OmegaConf.load(ROOT / "conf" / "score" / "soar2026.yaml"),
+            "score": compose(root=ROOT).score,
         }
     )
     with FakeChatServer(half_right) as fake:
@@ -219,15 +220,9 @@ def test_accuracy_stage_against_transformers_serve(tiny_model_dir, tmp_path, mon
     import shutil
 
     from soarlab.accuracy.dataset import fetch_correctness_set
-    from soarlab.config import compose
     from soarlab.stages import accuracy
 
-    for group in ("model", "eval", "score", "engine"):
-        shutil.copytree(ROOT / "conf" / group, tmp_path / "conf" / group)
-    (tmp_path / "conf" / "config.yaml").write_text(
-        "defaults:\n  - model: tiny\n  - engine: transformers\n  - eval: tiny\n  - score: soar2026\n  - _self_\n"
-        "paths: {base_model: models/base, quantized_model: models/quantized, data: data, reports: reports}\n"
-    )
+    shutil.copytree(ROOT / "conf", tmp_path / "conf")
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "quantized").symlink_to(tiny_model_dir)
     monkeypatch.chdir(tmp_path)

@@ -14,7 +14,8 @@ from omegaconf import OmegaConf
 from soarlab.bench.cli import probe_api
 from soarlab.bench.loopback import LoopbackServer
 from soarlab.cli import main
-from soarlab.datasets.speed import make_speed_set
+from soarlab.config import compose
+from soarlab.datasets.speed import make_speed_set, named_profile
 from soarlab.atomic import write_jsonl
 
 from bench_helpers import ROOT, bench_cfg
@@ -30,7 +31,7 @@ def _overrides(*extra):
 @pytest.fixture(scope="module")
 def speed_set(tiny_tokenizer, tmp_path_factory):
     path = tmp_path_factory.mktemp("set") / "speed.jsonl"
-    write_jsonl(path, make_speed_set(tiny_tokenizer, "tiny", 6, seed=2))
+    write_jsonl(path, make_speed_set(tiny_tokenizer, named_profile(compose().bench.profiles, "tiny"), 6, seed=2))
     return path
 
 

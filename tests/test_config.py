@@ -62,3 +62,57 @@ def test_cli_reports_bad_override_in_one_line_and_exits_nonzero():
     )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "engine.prot" in proc.stderr and "Fix:" in proc.stderr
+
+
+# --- the schema (soarlab.schema): types, ranges and unknown keys fail at compose time, in one line ---
+
+@pytest.mark.parametrize("override,key,words", [
+    ("engine.port=notaport", "engine.port", "valid integer"),
+    ("engine.port=99999", "engine.port", "65535"),
+    ("engine.port=-1", "engine.port", "greater than or equal to 0"),
+    ("engine.startup_timeout_s=0", "engine.startup_timeout_s", "greater than 0"),
+    ("bench.repeats=0", "bench.repeats", "greater than 0"),
+    ("bench.dataset.num_requests=ten", "bench.dataset.num_requests", "valid integer"),
+    ("quant.bits=5", "quant.bits", "4 or 8"),
+    ("quant.method=awq", "quant.method", "'gptq', 'rtn' or 'none'"),
+    ("eval.bootstrap.confidence=1.5", "eval.bootstrap.confidence", "less than 1"),
+    ("+engine.prot=31000", "engine.prot", "unknown key"),
+    ("+quant.calibration.samples=3", "quant.calibration.samples", "unknown key"),
+    ("engine=sglang", None, None),  # valid: each engine has its own keys
+])
+def test_schema_rejects_bad_values_naming_the_key(override, key, words):
+    if key is None:
+        assert compose([override], root=ROOT).engine.name == "sglang"
+        return
+    with pytest.raises(SoarError) as err:
+        compose([override], root=ROOT)
+    message = str(err.value)
+    assert "\n" not in message and f"config key {key} " in message and words in message, message
+
+
+@pytest.mark.parametrize("group", ["model", "quant", "engine", "bench", "eval", "score", "package", "tracking"])
+def test_every_preset_of_every_group_passes_the_schema(group):
+    for option in sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml")):
+        assert compose([f"{group}={option}"], root=ROOT)[group] is not None, option
+
+
+def test_presets_are_deltas_over_their_base():
+    w4, w8 = (OmegaConf.to_container(compose([f"quant={p}"], root=ROOT).quant) for p in ("gptq_w4", "gptq_w8"))
+    assert {k for k in w4 if w4[k] != w8[k]} == {"name", "bits"}
+    assert compose(root=ROOT).quant.name == "gptq_w4_mixed"  # the default: the one that keeps C (README)
+    tiny, soar = (compose([f"eval={p}"], root=ROOT).eval for p in ("tiny", "soar"))
+    assert tiny.dataset.source == "embedded" and tiny.bootstrap.seed == soar.bootstrap.seed
+
+
+def test_a_stage_refuses_a_bad_params_yaml_before_it_starts(tmp_path):
+    """`dvc exp run -S engine.port=notaport` writes params.yaml without our compose: the stage checks it."""
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["engine"]["port"] = "notaport"
+    bad = tmp_path / "params.yaml"
+    bad.write_text(yaml.safe_dump(params))
+    proc = subprocess.run(
+        [sys.executable, "-m", "soarlab.cli", "stage", "fetch-model", "--params", str(bad)],
+        capture_output=True, text=True, cwd=ROOT,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "config key engine.port" in proc.stderr and "'notaport'" in proc.stderr

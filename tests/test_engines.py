@@ -95,7 +95,7 @@ def pid_alive(pid: int) -> bool:
 
 
 def test_sglang_default_flags_are_the_image_defaults_plus_bf16_and_hyphenated():
-    flags = sglang_engine.server_flags(engine_cfg("sglang"))
+    flags = sglang_engine.server_flags(engine_cfg("sglang").engine, None)
     assert flags == ["--disable-radix-cache", "--attention-backend", "minicpm_flashinfer",
                      "--chunked-prefill-size", "8192", "--skip-server-warmup", "--dense-as-sparse",
                      "--dtype", "bfloat16"]
@@ -114,16 +114,14 @@ def test_sglang_flags_true_false_null_underscores_and_quantization():
     assert cmd[9:] == shlex.split(args)
 
 
-def test_sglang_missing_quant_key_is_no_quantization_and_conflicts_are_errors():
-    cfg = OmegaConf.create({"engine": yaml.safe_load((ROOT / "conf/engine/sglang.yaml").read_text()), "quant": {}})
-    assert "--quantization" not in sglang_engine.server_flags(cfg)
+def test_sglang_unquantized_has_no_quantization_flag_and_conflicts_are_errors():
+    assert "--quantization" not in sglang_engine.server_flags(engine_cfg("sglang").engine, None)
     with pytest.raises(SoarError, match="twice"):
-        sglang_engine.server_flags(engine_cfg("sglang", server_args={"dense-as-sparse": True, "dense_as_sparse": True}))
+        sglang_engine.server_flags(engine_cfg("sglang", server_args={"dense-as-sparse": True, "dense_as_sparse": True}).engine, None)
     with pytest.raises(SoarError, match="launcher sets itself"):
-        sglang_engine.server_flags(engine_cfg("sglang", server_args={"port": 1}))
+        sglang_engine.server_flags(engine_cfg("sglang", server_args={"port": 1}).engine, None)
     with pytest.raises(SoarError, match="disagrees"):
-        sglang_engine.server_flags(engine_cfg("sglang", quant={"serve_quantization": "awq"},
-                                              server_args={"quantization": "gptq"}))
+        sglang_engine.server_flags(engine_cfg("sglang", server_args={"quantization": "gptq"}).engine, "awq")
 
 
 def test_sglang_docker_command():

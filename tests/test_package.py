@@ -14,6 +14,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
+from soarlab.config import compose
 from soarlab.errors import SoarError
 from soarlab.stages import package
 
@@ -32,14 +33,14 @@ def project(tmp_path, monkeypatch) -> Path:
 
 
 def make_cfg(engine: str = "transformers", build_image="false", quant=None, **package_changes):
-    pkg = {**yaml.safe_load((ROOT / "conf" / "package" / "soar.yaml").read_text()), "build_image": build_image,
-           **package_changes}
-    cfg = OmegaConf.create({
-        "paths": {"reports": "reports"},
-        "engine": yaml.safe_load((ROOT / "conf" / "engine" / f"{engine}.yaml").read_text()),
-        "quant": quant if quant is not None else {"name": "gptq_w4_test", "bits": 4, "serve_quantization": "gptq_marlin"},
-        "package": pkg,
-    })
+    """The composed config (as params.yaml holds it); the default quant preset renamed gptq_w4_test."""
+    cfg = compose([f"engine={engine}"], root=ROOT)
+    OmegaConf.set_struct(cfg, False)
+    cfg.quant.name = "gptq_w4_test"
+    cfg.quant.merge_with(quant or {})
+    cfg.package.build_image = build_image
+    for key, value in package_changes.items():
+        cfg.package[key] = value
     OmegaConf.set_struct(cfg, True)
     return cfg
 
@@ -60,7 +61,7 @@ def test_package_outputs_and_tarball(project):
             "soarlab/conf/quant/submission.yaml"} <= names
     assert not any("__pycache__" in n for n in names)
     frozen = yaml.safe_load((sub / "soarlab" / "conf" / "quant" / "submission.yaml").read_text())
-    assert frozen == {"name": "gptq_w4_test", "bits": 4, "serve_quantization": "gptq_marlin"}
+    assert frozen == {**OmegaConf.to_container(compose(root=ROOT).quant), "name": "gptq_w4_test"}
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["tarball_bytes"] == (out / "submission.tar.gz").stat().st_size
     assert metrics["image_built"] == 0 and all(isinstance(v, (int, float)) for v in metrics.values())
@@ -171,6 +172,13 @@ def test_docker_engine_present_builds_image(project, tmp_path, monkeypatch):
     assert calls[0] == "info" and calls[1].startswith("build -t soarlab-test:1 ")
     assert {"Dockerfile", "submission", "docker-entrypoint.sh"} <= set((tmp_path / "context").read_text().split())
     assert json.loads((out / "metrics.json").read_text())["image_built"] == 1
+
+
+def test_submission_flags_come_from_package_sglang_when_the_pipeline_runs_another_engine(project):
+    cfg = make_cfg(engine="transformers")
+    cfg.package.sglang.server_args["chunked-prefill-size"] = 4096
+    args = json.loads((package.run(cfg) / "summary.json").read_text())["sglang_server_args"]
+    assert "--chunked-prefill-size 4096" in args and "--quantization gptq_marlin" in args
 
 
 def test_sglang_engine_config_is_used_when_engine_is_sglang(project):

@@ -47,7 +47,7 @@ def test_dvc_repro_runs_every_stage_and_logs_one_run(project):
     client, runs = _runs(dest)
     assert len(runs) == 1
     run = runs[0]
-    assert run.data.params["quant.name"] == "gptq_w4"
+    assert run.data.params["quant.name"] == "gptq_w4_mixed"  # the default preset
     assert {"score.final", "bench.S1_duration_s", "accuracy.ori_accuracy"} <= set(run.data.metrics)
     assert run.data.tags["git.commit"]
     assert client.list_artifacts(run.info.run_id, "reports")

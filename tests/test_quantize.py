@@ -49,7 +49,7 @@ def test_preset_quantizes_checks_reloads_and_generates(preset, quantized, tiny_t
     from soarlab.quant.hf_compat import load_causal_lm
 
     out, report = quantized(preset)
-    assert check_checkpoint(out) == []
+    assert check_checkpoint(out, qcfg(preset).exclude) == []
     config = json.loads((out / "config.json").read_text())
     assert "AutoConfig" not in config["auto_map"] and "AutoModelForCausalLM" in config["auto_map"]
     assert config["dtype"] == "bfloat16"

@@ -9,7 +9,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from soarlab.datasets.soar import read_jsonl, read_speed_set
-from soarlab.datasets.speed import load_profiles, make_speed_set, make_speed_set_cli
+from soarlab.config import compose
+from soarlab.datasets.speed import make_speed_set, make_speed_set_cli, named_profile
 from soarlab.errors import SoarError
 
 from bench_helpers import ROOT
@@ -19,17 +20,19 @@ def _lengths(tok, rows):
     return [(len(tok.encode(r["question"])), len(tok.encode(r["model_response"]))) for r in rows]
 
 
+PROFILES = compose().bench.profiles
+
+
 def test_profiles_live_in_config():
-    profiles = load_profiles()
-    assert {"tiny", "0.1k-4k", "0.1k-0.5k", "60k-0.5k", "long-mix"} <= set(profiles)
+    assert {"tiny", "0.1k-4k", "0.1k-0.5k", "60k-0.5k", "long-mix"} <= set(PROFILES)
     conf = OmegaConf.load(ROOT / "conf" / "bench" / "soar.yaml")
-    assert OmegaConf.to_container(conf.profiles) == profiles
+    assert OmegaConf.to_container(conf.profiles) == OmegaConf.to_container(PROFILES)
 
 
 @pytest.mark.parametrize("profile", ["tiny", "0.1k-0.5k"])
 def test_token_exact_lengths_within_profile(tiny_tokenizer, profile):
-    rows = make_speed_set(tiny_tokenizer, profile, 6, seed=3)
-    comp = load_profiles()[profile]["mix"][0]
+    rows = make_speed_set(tiny_tokenizer, named_profile(PROFILES, profile), 6, seed=3)
+    comp = named_profile(PROFILES, profile)["mix"][0]
     assert len(rows) == 6
     for n_in, n_out in _lengths(tiny_tokenizer, rows):
         assert comp["input_tokens"][0] <= n_in <= comp["input_tokens"][1]
@@ -50,21 +53,23 @@ def test_long_inputs_repeat_the_corpus(tiny_tokenizer):
 
 
 def test_deterministic_by_seed(tiny_tokenizer):
-    a = make_speed_set(tiny_tokenizer, "tiny", 5, seed=7)
-    assert a == make_speed_set(tiny_tokenizer, "tiny", 5, seed=7)
-    assert a != make_speed_set(tiny_tokenizer, "tiny", 5, seed=8)
+    tiny = named_profile(PROFILES, "tiny")
+    a = make_speed_set(tiny_tokenizer, tiny, 5, seed=7)
+    assert a == make_speed_set(tiny_tokenizer, tiny, 5, seed=7)
+    assert a != make_speed_set(tiny_tokenizer, tiny, 5, seed=8)
 
 
 def test_bad_profile_and_count(tiny_tokenizer):
     with pytest.raises(SoarError, match="unknown speed-set profile"):
-        make_speed_set(tiny_tokenizer, "nope", 1)
+        named_profile(PROFILES, "nope")
     with pytest.raises(SoarError, match="num_requests"):
-        make_speed_set(tiny_tokenizer, "tiny", 0)
+        make_speed_set(tiny_tokenizer, named_profile(PROFILES, "tiny"), 0)
 
 
 def test_cli_writes_a_soar_format_set(tiny_model_dir, tiny_tokenizer, tmp_path):
     out = tmp_path / "speed.jsonl"
-    args = SimpleNamespace(profile="tiny", tokenizer=str(tiny_model_dir), num_requests=5, seed=1, output=str(out))
+    args = SimpleNamespace(profile="tiny", tokenizer=str(tiny_model_dir), num_requests=5, seed=1, output=str(out),
+                           overrides=[])
     assert make_speed_set_cli(args) == 0
     rows = read_speed_set(out)
     assert len(rows) == 5 and set(json.loads(out.read_text().splitlines()[0])) == {"question", "model_response"}

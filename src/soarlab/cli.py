@@ -64,10 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-requests", type=int, required=True)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--output", required=True)
+    p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. bench=soar (where the profiles come from)")
     p.set_defaults(run=_handler("soarlab.datasets.speed:make_speed_set_cli"))
 
     p = sub.add_parser("check-checkpoint", help="validate a quantized checkpoint against RULES.md 7")
     p.add_argument("dir")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. quant=gptq_w8 (its quant.exclude is checked)")
     p.set_defaults(run=_handler("soarlab.quant.check:check_checkpoint_cli"))
 
     p = sub.add_parser("prepare-model", help="quantize a model dir (the submission's prepare_model.sh)")

@@ -1,7 +1,8 @@
 """Compose the Hydra config under conf/, read the committed params.yaml, flatten for tracking.
 
 The stages read `params.yaml` (what DVC tracks); `dvc exp run -S ...` rewrites it from
-`conf/` with Hydra. `compose()` is the same composition, used by the CLI and the tests.
+`conf/` with Hydra. `compose()` is the same composition, used by the CLI and the tests. Both
+check the result against `soarlab.schema`, so a bad value fails before any work starts.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from soarlab.errors import SoarError
 from soarlab.paths import project_root
+from soarlab.schema import validate
 
 
 def compose(overrides: Sequence[str] = (), root: str | Path | None = None) -> DictConfig:
@@ -33,6 +35,7 @@ def compose(overrides: Sequence[str] = (), root: str | Path | None = None) -> Di
             f"use a key and a group option that exist under {conf_dir} (e.g. quant=none, engine.port=31000)",
         ) from None
     OmegaConf.set_struct(cfg, True)
+    validate(cfg, "the composed config")
     return cfg
 
 
@@ -43,12 +46,14 @@ def compose_official(overrides: Sequence[str] = ()) -> DictConfig:
 
 
 def load_params(path: str | Path = "params.yaml") -> DictConfig:
-    """The config a stage runs with. Unknown keys raise, so a typo in code fails loudly."""
+    """The config a stage runs with, validated against soarlab.schema (`dvc exp run -S` writes it
+    without our compose). Unknown keys raise, so a typo in code fails loudly."""
     path = Path(path)
     if not path.is_file():
         raise SoarError(f"{path} not found", "run from the project root, or regenerate it with `soarlab params`")
     cfg = OmegaConf.load(path)
     OmegaConf.set_struct(cfg, True)
+    validate(cfg, str(path))
     return cfg
 
 

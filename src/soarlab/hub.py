@@ -100,8 +100,6 @@ def copy_local(source: Path, local_dir: Path) -> Path:
 
 def fetch_model(model_cfg, target: str | Path) -> Path:
     """Download/copy the model named by the `model` config section into `target`; returns it."""
-    from omegaconf import OmegaConf
-
     target = Path(target)
     source = str(model_cfg.source)
     staging = target.with_name(f".{target.name}.download")
@@ -109,10 +107,9 @@ def fetch_model(model_cfg, target: str | Path) -> Path:
     if source == "huggingface":
         download_huggingface(str(model_cfg.repo_id), str(model_cfg.revision), staging, target)
     elif source == "modelscope":
-        revision = OmegaConf.select(model_cfg, "modelscope_revision", default=None)
-        download_modelscope(str(model_cfg.modelscope_id), revision, staging, target)
+        download_modelscope(str(model_cfg.modelscope_id), model_cfg.modelscope_revision, staging, target)
     elif source == "local":
-        local_path = OmegaConf.select(model_cfg, "local_path", default=None)
+        local_path = model_cfg.local_path
         if not local_path:
             raise SoarError("model.source=local needs model.local_path", "add model.local_path=/path/to/model")
         copy_local(Path(local_path), staging)

@@ -96,7 +96,7 @@ def run_correctness(
         gen_kwargs=correctness_gen_kwargs(eval_cfg, stop),
         log_samples=True,
         bootstrap_iters=0,
-        limit=eval_cfg.get("limit"),
+        limit=eval_cfg.limit,
     )
     samples = sorted(results["samples"][CORRECTNESS_TASK], key=lambda s: s["doc_id"])
     predictions = []
@@ -148,7 +148,7 @@ def run_standard_tasks(base_url: str, model: str, model_dir: str | Path, eval_cf
     """
     import lm_eval
 
-    names = list(_plain(eval_cfg.get("tasks")) or [])
+    names = list(_plain(eval_cfg.tasks))
     if not names:
         return {}
     _quiet_lm_eval()
@@ -194,7 +194,7 @@ def run_standard_tasks(base_url: str, model: str, model_dir: str | Path, eval_cf
             model=lm,
             tasks=[name],
             task_manager=manager,
-            limit=eval_cfg.get("standard_limit"),
+            limit=eval_cfg.standard_limit,
             bootstrap_iters=0,
             log_samples=False,
             **kwargs,

@@ -5,7 +5,7 @@ and `len(tokenizer.encode(model_response))` are exactly the lengths drawn for it
 the benchmark counts them (the tokenizer's defaults, BOS included). Text is cut from the
 embedded corpus (`soarlab/tiny/corpus.txt`), repeated as needed for long inputs.
 
-Profiles live in config (`bench.profiles` in conf/bench/soar.yaml): a `mix` of components
+Profiles live in config (`bench.profiles`, conf/bench/soar.yaml): a `mix` of components
 `{weight, input_tokens: [lo, hi], output_tokens: [lo, hi]}`; each row draws a component by
 weight and its lengths uniformly. Everything is drawn from `random.Random(seed)`: same
 tokenizer, profile, count and seed give the same file.
@@ -22,29 +22,17 @@ CORPUS = Path(__file__).resolve().parents[1] / "tiny" / "corpus.txt"
 _MAX_FIX_STEPS = 12
 
 
-def load_profiles(root: str | Path | None = None) -> dict[str, dict]:
-    """The `profiles` section of conf/bench/soar.yaml (the file of record for profiles)."""
+def named_profile(profiles, name: str) -> dict:
+    """`bench.profiles[name]` as a plain dict (the composed config is the file of record)."""
     from omegaconf import OmegaConf
 
-    from soarlab.paths import project_root
-
-    try:
-        conf = project_root(root) / "conf" / "bench" / "soar.yaml"
-    except SoarError:
-        conf = Path(__file__).resolve().parents[3] / "conf" / "bench" / "soar.yaml"
-    if not conf.is_file():
-        raise SoarError(f"{conf} not found", "run from the SOAR Lab project checkout")
-    return OmegaConf.to_container(OmegaConf.load(conf).profiles, resolve=True)
+    if name not in profiles:
+        raise SoarError(f"unknown speed-set profile {name!r}", f"use one of {', '.join(profiles)}")
+    profile = profiles[name]
+    return OmegaConf.to_container(profile, resolve=True) if OmegaConf.is_config(profile) else dict(profile)
 
 
-def resolve_profile(profile: dict | str, profiles: dict | None = None) -> dict:
-    if not isinstance(profile, str):
-        profile = dict(profile)
-    else:
-        profiles = profiles if profiles is not None else load_profiles()
-        if profile not in profiles:
-            raise SoarError(f"unknown speed-set profile {profile!r}", f"use one of {', '.join(profiles)}")
-        profile = dict(profiles[profile])
+def check_profile(profile: dict) -> dict:
     mix = profile.get("mix")
     if not mix:
         raise SoarError("speed-set profile has no `mix` components", "give it mix: [{weight, input_tokens, output_tokens}]")
@@ -98,15 +86,14 @@ class _TokenText:
 
 
 def make_speed_set(
-    tokenizer, profile: dict | str, num_requests: int, seed: int = 1, corpus: str | None = None, progress: bool = False
+    tokenizer, profile: dict, num_requests: int, seed: int = 1, corpus: str | None = None, progress: bool = False
 ) -> list[dict]:
-    """`num_requests` rows `{"question", "model_response"}` with token-exact lengths drawn from `profile`.
-
-    `profile` is a dict (a `bench.profiles` entry) or its name. Deterministic for a given seed.
+    """`num_requests` rows `{"question", "model_response"}` with token-exact lengths drawn from `profile`
+    (a `bench.profiles` entry). Deterministic for a given seed.
     """
     if num_requests < 1:
         raise SoarError(f"num_requests must be at least 1 (got {num_requests})", "ask for one or more requests")
-    prof = resolve_profile(profile)
+    prof = check_profile(profile)
     cutter = _TokenText(tokenizer, corpus if corpus is not None else CORPUS.read_text(encoding="utf-8"))
     rng = random.Random(seed)
     weights = [float(c.get("weight", 1.0)) for c in prof["mix"]]
@@ -137,11 +124,13 @@ def load_tokenizer(name_or_dir: str):
 
 
 def make_speed_set_cli(args) -> int:
-    """`soarlab make-speed-set --profile P --tokenizer DIR --num-requests N --seed S --output FILE`."""
+    """`soarlab make-speed-set --profile P --tokenizer DIR --num-requests N --seed S --output FILE [overrides]`."""
     from soarlab.atomic import write_jsonl
+    from soarlab.config import compose
 
+    profile = named_profile(compose(args.overrides).bench.profiles, args.profile)
     tokenizer = load_tokenizer(args.tokenizer)
-    rows = make_speed_set(tokenizer, args.profile, args.num_requests, args.seed, progress=True)
+    rows = make_speed_set(tokenizer, profile, args.num_requests, args.seed, progress=True)
     write_jsonl(args.output, rows)
     n_in = sum(len(tokenizer.encode(r["question"])) for r in rows)
     n_out = sum(len(tokenizer.encode(r["model_response"])) for r in rows)

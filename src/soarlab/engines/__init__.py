@@ -29,7 +29,7 @@ __all__ = ["ENGINES", "Server", "open_engine"]
 @contextlib.contextmanager
 def open_engine(cfg, model_dir: str | Path, log_path: str | Path) -> Iterator[Server]:
     """Start the engine named by `cfg.engine.name` on `model_dir`; yield a ready `Server`; stop it."""
-    name = cfg.engine.get("name")
+    name = cfg.engine.name
     if name == "transformers":
         from soarlab.engines.transformers_engine import open_transformers as opener
     elif name == "sglang":

@@ -28,7 +28,6 @@ class Server:
     model: str
     supports_ignore_eos: bool
     has_flush_cache: bool | None = None
-    request_timeout_s: float = 600.0
     log_path: Path | None = None
 
     def __post_init__(self) -> None:

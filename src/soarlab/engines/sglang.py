@@ -2,7 +2,7 @@
 
 The server flags come from `engine.server_args` (flag name -> value; true = bare flag,
 false/null = omitted) plus `--quantization` from `quant.serve_quantization`. The same code
-renders SGLANG_SERVER_ARGS for the submission's prepare_env.sh (`render_server_args`), so what
+renders SGLANG_SERVER_ARGS for the submission's prepare_env.sh (`server_flags`), so what
 is benchmarked here is what the platform launches. Flags are always written with hyphens
 (RULES.md 4): a key written with underscores is converted.
 """
@@ -20,7 +20,7 @@ from typing import Iterator
 
 from omegaconf import OmegaConf
 
-from soarlab.engines.common import endpoint, opt
+from soarlab.engines.common import endpoint
 from soarlab.engines.process import check_port_free, managed_server
 from soarlab.engines.server import Server
 from soarlab.errors import SoarError
@@ -33,10 +33,11 @@ def flag_name(key: str) -> str:
     return str(key).strip().lstrip("-").replace("_", "-")
 
 
-def server_flags(cfg) -> list[str]:
-    """`engine.server_args` + `quant.serve_quantization` as an argv list, flags hyphenated."""
-    raw = opt(cfg, "engine.server_args", None)
-    args = OmegaConf.to_container(raw, resolve=True) if raw is not None and not isinstance(raw, dict) else (raw or {})
+def server_flags(engine, serve_quantization: str | None) -> list[str]:
+    """An SGLang engine config's `server_args` + the quant preset's `serve_quantization` as an argv list,
+    flags hyphenated."""
+    raw = engine.server_args
+    args = raw if isinstance(raw, dict) else OmegaConf.to_container(raw, resolve=True)
     flags: dict[str, object] = {}
     for key, value in args.items():
         name = flag_name(key)
@@ -51,7 +52,7 @@ def server_flags(cfg) -> list[str]:
                 "remove it; use engine.host / engine.port, the model comes from the pipeline",
             )
         flags[name] = value
-    quant = opt(cfg, "quant.serve_quantization", None)
+    quant = serve_quantization
     if quant is not None:
         existing = flags.get("quantization")
         if existing not in (None, False) and str(existing) != str(quant):
@@ -74,8 +75,8 @@ def server_flags(cfg) -> list[str]:
 
 
 def render_server_args(cfg) -> str:
-    """The SGLANG_SERVER_ARGS string for prepare_env.sh: shell-quoted flags, hyphenated."""
-    return shlex.join(server_flags(cfg))
+    """The pipeline's SGLang flags (engine + quant preset) as one shell-quoted string."""
+    return shlex.join(server_flags(cfg.engine, cfg.quant.serve_quantization))
 
 
 def container_name(port: int) -> str:
@@ -84,23 +85,24 @@ def container_name(port: int) -> str:
 
 def build_command(cfg, model_dir: Path, host: str, port: int) -> list[str]:
     """The launch command for engine.launcher (python | docker)."""
-    launcher = str(opt(cfg, "engine.launcher", "python"))
-    flags = server_flags(cfg)
+    engine = cfg.engine
+    launcher = str(engine.launcher)
+    flags = server_flags(engine, cfg.quant.serve_quantization)
     if launcher == "python":
-        python = opt(cfg, "engine.python", None) or sys.executable
+        python = engine.python or sys.executable
         return [str(python), "-m", "sglang.launch_server", "--model-path", str(model_dir),
                 "--host", host, "--port", str(port), *flags]
     if launcher == "docker":
-        inner_model = str(opt(cfg, "engine.container_model_dir", "/models/MiniCPM-SALA"))
+        inner_model = str(engine.container_model_dir)
         publish_host = "127.0.0.1" if host in ("127.0.0.1", "localhost") else host
         return [
             "docker", "run", "--rm", "--name", container_name(port),
-            "--gpus", str(opt(cfg, "engine.docker_gpus", "all")),
-            "--shm-size", str(opt(cfg, "engine.docker_shm_size", "16g")),
+            "--gpus", str(engine.docker_gpus),
+            "--shm-size", str(engine.docker_shm_size),
             "-p", f"{publish_host}:{port}:{port}",
             "-v", f"{Path(model_dir).resolve()}:{inner_model}:ro",
-            *[str(a) for a in (opt(cfg, "engine.docker_args", None) or [])],
-            str(opt(cfg, "engine.image", "ghcr.io/openbmb/soar-toolkit:latest")),
+            *[str(a) for a in engine.docker_args],
+            str(engine.image),
             "python", "-m", "sglang.launch_server", "--model-path", inner_model,
             "--host", "0.0.0.0", "--port", str(port), *flags,
         ]
@@ -109,20 +111,20 @@ def build_command(cfg, model_dir: Path, host: str, port: int) -> list[str]:
 
 def served_model_name(cfg, model_dir: Path) -> str:
     name = None
-    for key, value in (opt(cfg, "engine.server_args", None) or {}).items():
+    for key, value in cfg.engine.server_args.items():
         if flag_name(key) == "served-model-name" and value not in (None, False, True):
             name = str(value)
     if name:
         return name
-    if str(opt(cfg, "engine.launcher", "python")) == "docker":
-        return str(opt(cfg, "engine.container_model_dir", "/models/MiniCPM-SALA"))
+    if cfg.engine.launcher == "docker":
+        return str(cfg.engine.container_model_dir)
     return str(model_dir)
 
 
 def preflight(cfg) -> None:
     """Fail early, with the fix, where SGLang cannot start on this machine."""
-    launcher = str(opt(cfg, "engine.launcher", "python"))
-    if launcher == "python" and not opt(cfg, "engine.python", None):
+    launcher = str(cfg.engine.launcher)
+    if launcher == "python" and not cfg.engine.python:
         if importlib.util.find_spec("sglang") is None:
             raise SoarError(
                 "sglang is not installed in this Python (it needs an NVIDIA GPU)",
@@ -148,7 +150,7 @@ def open_sglang(cfg, model_dir: Path, log_path: Path) -> Iterator[Server]:
     preflight(cfg)
     ep = endpoint(cfg)
     check_port_free(ep.host, ep.port)
-    docker = str(opt(cfg, "engine.launcher", "python")) == "docker"
+    docker = cfg.engine.launcher == "docker"
 
     def docker_stop() -> None:
         subprocess.run(["docker", "stop", "-t", str(int(ep.stop_grace_s)), container_name(ep.port)],
@@ -161,5 +163,5 @@ def open_sglang(cfg, model_dir: Path, log_path: Path) -> Iterator[Server]:
     ):
         yield Server(
             base_url=ep.base_url, api="sglang", model=served_model_name(cfg, model_dir), supports_ignore_eos=True,
-            has_flush_cache=True, request_timeout_s=ep.request_timeout_s, log_path=Path(log_path),
+            has_flush_cache=True, log_path=Path(log_path),
         )

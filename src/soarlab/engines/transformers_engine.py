@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-from soarlab.engines.common import endpoint, opt
+from soarlab.engines.common import endpoint
 from soarlab.engines.process import check_port_free, managed_server
 from soarlab.engines.server import Server
 from soarlab.errors import SoarError
@@ -16,13 +16,12 @@ from soarlab.errors import SoarError
 def build_command(cfg, model_dir: Path, host: str, port: int) -> list[str]:
     """The server command. Runs through soarlab.engines.transformers_serve (remote-code fix, see there)."""
     cmd = [sys.executable, "-m", "soarlab.engines.transformers_serve", "serve", str(model_dir)]
-    if opt(cfg, "engine.trust_remote_code", True):
+    engine = cfg.engine
+    if engine.trust_remote_code:
         cmd.append("--trust-remote-code")
     cmd += ["--host", host, "--port", str(port)]
-    cmd += ["--device", str(opt(cfg, "engine.device", "cpu"))]
-    cmd += ["--dtype", str(opt(cfg, "engine.dtype", "auto"))]
-    cmd += ["--log-level", str(opt(cfg, "engine.log_level", "info"))]
-    cmd += [str(a) for a in (opt(cfg, "engine.extra_args", None) or [])]
+    cmd += ["--device", str(engine.device), "--dtype", str(engine.dtype), "--log-level", str(engine.log_level)]
+    cmd += [str(a) for a in engine.extra_args]
     return cmd
 
 
@@ -41,5 +40,5 @@ def open_transformers(cfg, model_dir: Path, log_path: Path) -> Iterator[Server]:
     ):
         yield Server(
             base_url=ep.base_url, api="openai", model=str(model_dir), supports_ignore_eos=False,
-            has_flush_cache=False, request_timeout_s=ep.request_timeout_s, log_path=Path(log_path),
+            has_flush_cache=False, log_path=Path(log_path),
         )

@@ -29,21 +29,6 @@ MARLIN_MIN_K, MARLIN_MIN_N = 128, 64  # gptq_marlin tile sizes: in_features % 12
 _LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 
 
-def _default_exclude() -> list[str]:
-    """quant.exclude of the project's default preset (facts live in conf/, not in code)."""
-    try:
-        from soarlab.config import compose
-
-        return list(compose().quant.exclude)
-    except SoarError:
-        from omegaconf import OmegaConf
-
-        conf = Path(__file__).resolve().parents[3] / "conf" / "quant" / "gptq_w4.yaml"
-        if conf.is_file():
-            return list(OmegaConf.load(conf).exclude)
-        raise
-
-
 def dynamic_override(dynamic: dict | None, name: str):
     """SGLang's/GPTQModel's reading: first key that re.match-es wins; `-:` -> False (unquantized)."""
     for key, value in (dynamic or {}).items():
@@ -65,8 +50,9 @@ def _expected_dims(leaf: str, config: dict) -> tuple[int | None, int | None]:
     }.get(leaf, (None, None))
 
 
-def check_checkpoint(model_dir: str | Path, exclude: Iterable[str] | None = None) -> list[str]:
-    """All problems found in `model_dir` (empty list: ready to serve with --quantization gptq_marlin)."""
+def check_checkpoint(model_dir: str | Path, exclude: Iterable[str]) -> list[str]:
+    """All problems found in `model_dir` (empty list: ready to serve with --quantization gptq_marlin);
+    `exclude`: the regexes of modules that must stay unquantized (`quant.exclude`)."""
     import torch
     from safetensors import safe_open
 
@@ -80,7 +66,7 @@ def check_checkpoint(model_dir: str | Path, exclude: Iterable[str] | None = None
     if not cfg_path.is_file():
         return [f"config.json missing in {d}"]
     config = json.loads(cfg_path.read_text())
-    exclude = [re.compile(p) for p in (exclude if exclude is not None else _default_exclude())]
+    exclude = [re.compile(p) for p in exclude]
 
     # --- config.json
     auto_map = config.get("auto_map") or {}
@@ -222,7 +208,9 @@ def check_checkpoint(model_dir: str | Path, exclude: Iterable[str] | None = None
 
 
 def check_checkpoint_cli(args) -> int:
-    problems = check_checkpoint(args.dir)
+    from soarlab.config import compose
+
+    problems = check_checkpoint(args.dir, compose(args.overrides).quant.exclude)
     if problems:
         for p in problems:
             print(f"problem: {p}")

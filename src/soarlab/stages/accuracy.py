@@ -26,7 +26,7 @@ def evaluate(server, data_file, model_dir, cfg: DictConfig) -> tuple[dict, list[
 
     rows = read_correctness_set(data_file)
     predictions, lm_eval_info = run_correctness(server.base_url, server.model, data_file, model_dir, cfg.eval)
-    if cfg.eval.get("limit"):
+    if cfg.eval.limit:
         rows = rows[: len(predictions)]
     records = score_rows(rows, predictions)
     summary = summarize(records, float(cfg.model.baseline_accuracy), cfg.score, cfg.eval.bootstrap)

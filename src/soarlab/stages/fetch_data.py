@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from soarlab.accuracy.dataset import fetch_correctness_set
 from soarlab.atomic import atomic_path, write_jsonl
@@ -29,11 +29,9 @@ def write_speed_set(bench_cfg: DictConfig, model_dir: Path, dest: Path) -> None:
         with atomic_path(dest) as tmp:
             shutil.copyfile(src, tmp)
         return
-    from soarlab.datasets.speed import load_tokenizer, make_speed_set
+    from soarlab.datasets.speed import load_tokenizer, make_speed_set, named_profile
 
-    if dataset_cfg.profile not in bench_cfg.profiles:
-        raise SoarError(f"unknown speed-set profile {dataset_cfg.profile!r}", f"use one of {', '.join(bench_cfg.profiles)}")
-    profile = OmegaConf.to_container(bench_cfg.profiles[dataset_cfg.profile], resolve=True)
+    profile = named_profile(bench_cfg.profiles, dataset_cfg.profile)
     rows = make_speed_set(load_tokenizer(str(model_dir)), profile, dataset_cfg.num_requests, dataset_cfg.seed, progress=True)
     write_jsonl(dest, rows)
 

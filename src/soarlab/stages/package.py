@@ -8,7 +8,8 @@
 
 SGLANG_SERVER_ARGS is rendered by soarlab.engines.sglang from the engine config (the same code
 that launches SGLang here); when the pipeline runs another engine (transformers on CPU), the
-submission still targets SGLang and uses conf/engine/sglang.yaml. The quant section is frozen into
+submission still targets SGLang and uses `package.sglang` (conf/engine/sglang.yaml by default,
+composed into params.yaml like every other key). The quant section is frozen into
 the bundled conf/quant/submission.yaml, which prepare_model.sh passes as `quant=submission`.
 """
 
@@ -23,7 +24,6 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-import yaml
 from omegaconf import OmegaConf
 
 from soarlab.atomic import atomic_dir, write_json
@@ -36,19 +36,15 @@ SAFE_TOKEN = re.compile(r"^[A-Za-z0-9_./:=,+@%-]+$")
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".pytest_cache")
 
 
-def sglang_cfg(cfg, root: Path):
-    """cfg itself when it runs SGLang; else conf/engine/sglang.yaml with cfg's quant section."""
-    if OmegaConf.select(cfg, "engine.name") == "sglang":
-        return cfg
-    engine = yaml.safe_load((root / "conf" / "engine" / "sglang.yaml").read_text())
-    quant = OmegaConf.select(cfg, "quant", default=None)
-    return OmegaConf.create({"engine": engine, "quant": quant if quant is not None else {}})
+def submission_engine(cfg):
+    """The pipeline's engine when it runs SGLang (what was benchmarked), else `package.sglang`."""
+    return cfg.engine if cfg.engine.name == "sglang" else cfg.package.sglang
 
 
-def server_args_string(cfg, root: Path) -> str:
+def server_args_string(cfg) -> str:
     from soarlab.engines.sglang import server_flags
 
-    flags = server_flags(sglang_cfg(cfg, root))
+    flags = server_flags(submission_engine(cfg), cfg.quant.serve_quantization)
     bad = [f for f in flags if not SAFE_TOKEN.match(f)]
     if bad:
         raise SoarError(
@@ -120,14 +116,13 @@ def run(cfg) -> Path:
     root = project_root()
     out = root / cfg.paths.reports / "package"
     pkg = cfg.package
-    server_args = server_args_string(cfg, root)
-    quant = OmegaConf.select(cfg, "quant", default=None)
-    quant_preset = str(OmegaConf.select(cfg, "quant.name", default=None) or "unnamed")
+    server_args = server_args_string(cfg)
+    quant, quant_preset = cfg.quant, str(cfg.quant.name)
     mode = build_mode(pkg.build_image)
     tag = str(pkg.image_tag)
     version = f"soarlab {_version()}"
     packages = " ".join(shlex.quote(str(p)) for p in pkg.pip_packages)
-    uv_extra = " ".join(shlex.quote(str(a)) for a in (OmegaConf.select(pkg, "uv_extra_args", default=None) or []))
+    uv_extra = " ".join(shlex.quote(str(a)) for a in pkg.uv_extra_args)
 
     with atomic_dir(out) as tmp:
         sub = tmp / "submission"
@@ -141,7 +136,7 @@ def run(cfg) -> Path:
         }))
         (sub / "prepare_model.sh").chmod(0o755)
         copy_project(root, sub / "soarlab")
-        quant_yaml = OmegaConf.to_yaml(quant, resolve=True) if quant is not None else "{}\n"
+        quant_yaml = OmegaConf.to_yaml(quant, resolve=True)
         (sub / "soarlab" / "conf" / "quant").mkdir(parents=True, exist_ok=True)
         (sub / "soarlab" / "conf" / "quant" / "submission.yaml").write_text(
             f"# The quant section this submission was packaged with (preset {quant_preset}), frozen by soarlab package.\n"

@@ -1,0 +1,307 @@
+"""The config's types: one pydantic model per Hydra group, checked once after composition.
+
+`validate(cfg)` runs in `soarlab.config.compose` (every CLI command) and `load_params` (every
+stage), so a wrong type, a value out of range or an unknown key fails before any work starts, in
+one line naming the key: `config key engine.port: Input should be less than or equal to 65535`.
+The models are strict (no "31000" string for an int) and forbid keys they do not declare, so
+a key added under conf/ must be declared here too; code then reads it without a fallback.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from soarlab.errors import SoarError
+
+Port = Annotated[int, Field(ge=0, le=65535)]  # 0: any free port
+PositiveInt = Annotated[int, Field(gt=0)]
+Count = Annotated[int, Field(ge=0)]
+Seconds = Annotated[float, Field(gt=0)]
+Pause = Annotated[float, Field(ge=0)]
+Fraction = Annotated[float, Field(gt=0, lt=1)]
+Percent = Annotated[float, Field(gt=0, le=100)]
+TokenRange = Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=2, max_length=2)]
+Args = list[str]
+
+
+class Group(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+# ---- model ----
+class TinySpec(Group):
+    seed: int
+    vocab_size: PositiveInt
+    hidden_size: PositiveInt
+    intermediate_size: PositiveInt
+    num_attention_heads: PositiveInt
+    num_key_value_heads: PositiveInt
+    head_dim: PositiveInt
+    mixer_types: list[Literal["minicpm4", "lightning-attn"]]
+    train_steps: Count
+
+
+class ModelGroup(Group):
+    name: str
+    source: Literal["embedded", "huggingface", "modelscope", "local"]
+    repo_id: str | None
+    modelscope_id: str | None
+    modelscope_revision: str | None
+    local_path: str | None
+    revision: str | None
+    baseline_accuracy: Percent
+    tiny: TinySpec | None
+
+
+# ---- quant ----
+class CalibrationOverride(Group):
+    num_samples: PositiveInt | None = None
+    seq_len: PositiveInt | None = None
+    batch_size: PositiveInt | None = None
+
+
+class Calibration(Group):
+    source: str
+    num_samples: PositiveInt
+    seq_len: PositiveInt
+    batch_size: PositiveInt
+    seed: int
+    per_model: dict[str, CalibrationOverride]
+
+
+class QuantRule(Group):
+    name: str
+    match: str | None = None
+    mixer: Literal["minicpm4", "lightning-attn"] | None = None
+    bits: Literal[4, 8, "keep"]
+    override_exclude: bool = False
+
+
+class QuantReport(Group):
+    error_samples: PositiveInt
+
+
+class QuantGroup(Group):
+    name: str
+    method: Literal["gptq", "rtn", "none"]
+    serve_quantization: str | None
+    bits: Literal[4, 8]
+    group_size: Annotated[int, Field(ge=-1)]
+    sym: bool
+    desc_act: bool
+    act_group_aware: bool
+    damp_percent: Fraction
+    damp_auto_increment: Annotated[float, Field(ge=0, lt=1)]
+    checkpoint_format: Literal["gptq"]
+    offload_to_disk: bool
+    calibration: Calibration
+    exclude: list[str]
+    rules: list[QuantRule]
+    report: QuantReport
+    check: bool
+
+
+# ---- engine ----
+class ServedEngine(Group):
+    host: str
+    port: Port
+    startup_timeout_s: Seconds
+    stop_grace_s: Pause
+
+
+class TransformersEngine(ServedEngine):
+    name: Literal["transformers"]
+    device: str
+    dtype: str
+    trust_remote_code: bool
+    log_level: Literal["debug", "info", "warning", "error", "critical"]
+    extra_args: Args
+
+
+ServerArg = Union[bool, int, float, str, list[Union[int, float, str]], None]
+
+
+class SGLangEngine(ServedEngine):
+    name: Literal["sglang"]
+    launcher: Literal["python", "docker"]
+    python: str | None
+    image: str
+    container_model_dir: str
+    docker_gpus: str
+    docker_shm_size: str
+    docker_args: Args
+    server_args: dict[str, ServerArg]
+
+
+class ExternalEngine(Group):
+    name: Literal["external"]
+    url: str
+    api: Literal["sglang", "openai"]
+    model: str | None
+    supports_ignore_eos: bool | None
+    health_timeout_s: Seconds
+
+
+Engine = Annotated[Union[TransformersEngine, SGLangEngine, ExternalEngine], Field(discriminator="name")]
+
+
+# ---- bench ----
+class SpeedSetSource(Group):
+    profile: str
+    num_requests: PositiveInt
+    seed: int
+    path: str | None
+
+
+class ProfileComponent(Group):
+    weight: Annotated[float, Field(gt=0)]
+    input_tokens: TokenRange
+    output_tokens: TokenRange
+
+
+class Profile(Group):
+    mix: Annotated[list[ProfileComponent], Field(min_length=1)]
+
+
+class BenchGroup(Group):
+    dataset: SpeedSetSource
+    levels: dict[str, PositiveInt | None]
+    seed: int
+    apply_chat_template: bool
+    min_tokens: Count
+    warmup_requests: Count
+    warmup_max_tokens: PositiveInt
+    flush_cache: bool
+    pause_after_flush_s: Pause
+    temperature: Pause
+    length_control: Literal["auto", "ignore_eos", "generation_config"]
+    model: str | None
+    request_timeout_s: Seconds
+    connect_timeout_s: Seconds
+    repeats: PositiveInt
+    progress: bool
+    plot: bool
+    profiles: dict[str, Profile]
+
+
+# ---- eval ----
+class CorrectnessSource(Group):
+    source: Literal["embedded", "github", "file"]
+    path: str | None
+    repo: str
+    file: str
+    commit: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")] | None
+    git_blob_sha1: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")] | None
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None
+
+
+class Bootstrap(Group):
+    resamples: PositiveInt
+    seed: int
+    confidence: Fraction
+
+
+class EvalGroup(Group):
+    dataset: CorrectnessSource
+    max_tokens: PositiveInt
+    temperature: Pause
+    chat_template_kwargs: dict[str, Any]
+    num_concurrent: PositiveInt
+    retries: Count
+    retry_backoff_s: Pause
+    timeout_s: Seconds
+    seed: int
+    limit: PositiveInt | None
+    bootstrap: Bootstrap
+    tasks: list[str]
+    standard_limit: PositiveInt | None
+
+
+# ---- score ----
+class CBand(Group):
+    above: float
+    C: Annotated[float, Field(ge=0, le=1)]
+
+
+class ScoreReference(Group):
+    source: Literal["config", "best_recorded", "baseline_run"]
+    durations: dict[str, Seconds | None]
+    baseline_run_id: str | None
+
+
+class ScoreGroup(Group):
+    weights: dict[str, Annotated[float, Field(ge=0)]]
+    speed_scale: Seconds
+    accuracy_cap: Percent
+    c_table: list[CBand]
+    c_floor: Annotated[float, Field(ge=0, le=1)]
+    decimals: Count
+    reference: ScoreReference
+
+
+# ---- package, tracking, paths ----
+class PackageGroup(Group):
+    name: str
+    base_image: str
+    model: str
+    sglang: SGLangEngine  # the engine the submission's SGLANG_SERVER_ARGS describe (conf/engine/sglang.yaml)
+    max_size_bytes: PositiveInt
+    pip_packages: list[str]
+    uv_extra_args: Args
+    build_image: Literal["auto"] | bool
+    image_tag: str
+
+
+class TrackingGroup(Group):
+    uri: str | None
+    experiment: str
+
+
+class Paths(Group):
+    base_model: str
+    quantized_model: str
+    data: str
+    reports: str
+
+
+class SoarConfig(Group):
+    model: ModelGroup
+    quant: QuantGroup
+    engine: Engine
+    bench: BenchGroup
+    eval: EvalGroup
+    score: ScoreGroup
+    package: PackageGroup
+    tracking: TrackingGroup
+    paths: Paths
+
+
+def _key(loc: tuple) -> str:
+    """('engine', 'transformers', 'port') -> 'engine.port': drop the union's tag from the path."""
+    parts = [str(p) for p in loc]
+    if len(parts) > 1 and parts[0] == "engine" and parts[1] in ("transformers", "sglang", "external"):
+        del parts[1]
+    return ".".join(parts)
+
+
+def validate(cfg, where: str = "the config") -> SoarConfig:
+    """The typed config; SoarError naming the first bad key (and how many more there are)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    data = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+    try:
+        return SoarConfig.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        first = errors[0]
+        key = _key(first["loc"])
+        got = "" if first["type"] in ("missing", "extra_forbidden") else f" (got {first.get('input')!r:.80})"
+        message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+        more = f"; {len(errors) - 1} more problem(s)" if len(errors) > 1 else ""
+        raise SoarError(
+            f"config key {key} in {where}: {message}{got}{more}",
+            f"give {key} a valid value (conf/ or an override such as {key}=...), or remove it if unknown; "
+            "the types are in src/soarlab/schema.py",
+        ) from None
