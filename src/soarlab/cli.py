@@ -9,7 +9,7 @@ import sys
 
 from soarlab.errors import SoarError
 
-STAGES = ("fetch-model", "fetch-data", "quantize", "package", "bench", "accuracy", "score", "track")
+STAGES = ("fetch-model", "fetch-data", "quantize", "package", "bench", "accuracy", "reference", "score", "track")
 
 
 def _handler(target: str):

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Mapping
 
 from soarlab.atomic import atomic_path
+from soarlab.datasets.embedded import CORRECTNESS as EMBEDDED
 from soarlab.datasets.soar import file_sha256
 from soarlab.errors import SoarError
 
-EMBEDDED = Path(__file__).resolve().parents[1] / "datasets" / "embedded" / "correctness.jsonl"
 RAW_URL = "https://raw.githubusercontent.com/{repo}/{commit}/{file}"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from soarlab.accuracy.dataset import EMBEDDED as EMBEDDED_QA
+from soarlab.datasets.embedded import CORRECTNESS as EMBEDDED_QA
 from soarlab.atomic import write_json
 from soarlab.paths import project_root
 

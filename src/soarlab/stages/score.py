@@ -1,4 +1,8 @@
-"""score: the final SOAR score of this configuration (RULES.md 1), from the bench and accuracy reports."""
+"""score: the final SOAR score of this configuration (RULES.md 1), a pure function of files.
+
+Reads reports/bench/metrics.json, reports/accuracy/metrics.json and reports/reference.json (the
+best durations, looked up by the `reference` stage); writes reports/score.json.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +15,6 @@ from soarlab.atomic import write_json
 from soarlab.errors import SoarError
 from soarlab.metrics.scoring import LEVELS, final_score
 from soarlab.paths import project_root
-from soarlab.datasets.soar import file_sha256
-from soarlab.tracking import recorded_durations
 
 
 def _read(path: Path) -> dict:
@@ -21,22 +23,13 @@ def _read(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def reference_durations(cfg: DictConfig, durations: dict[str, float], speed_set: Path) -> dict[str, float]:
-    """duration_best per level, from config, the best recorded run, or a baseline run."""
-    ref = cfg.score.reference
-    if ref.source == "config":
-        return {level: ref.durations[level] for level in LEVELS}
-    if ref.source == "baseline_run":
-        if not ref.baseline_run_id:
-            raise SoarError("score.reference.source is baseline_run but no baseline_run_id is set", "set score.reference.baseline_run_id to an MLflow run id")
-        runs = recorded_durations(cfg, "", run_id=ref.baseline_run_id)
-        if not runs:
-            raise SoarError(f"run {ref.baseline_run_id} has no valid durations", "pick a run whose bench stage was valid")
-        return runs[0]
-    if ref.source == "best_recorded":
-        candidates = [*recorded_durations(cfg, file_sha256(speed_set)), durations]
-        return {level: min(run[level] for run in candidates) for level in LEVELS}
-    raise SoarError(f"unknown score.reference.source {ref.source!r}", "use config, best_recorded or baseline_run")
+def best_durations(reference: dict, durations: dict[str, float]) -> dict[str, float]:
+    """duration_best per level: the reference's; with best_recorded, this run's own where it is faster
+    or nothing is recorded yet."""
+    best = reference["durations"]
+    if reference["source"] == "best_recorded":
+        return {level: min(d for d in (best[level], durations[level]) if d) for level in LEVELS}
+    return {level: best[level] for level in LEVELS}
 
 
 def run(cfg: DictConfig) -> None:
@@ -52,7 +45,7 @@ def run(cfg: DictConfig) -> None:
         result = {**base, "valid": 0, "invalid_levels": invalid, "final": None}
         print(f"score: levels {', '.join(invalid)} are invalid (see reports/bench); no score")
     else:
-        best = reference_durations(cfg, durations, root / cfg.paths.data / "speed.jsonl")
+        best = best_durations(_read(reports / "reference.json"), durations)
         score = final_score(durations, best, accuracy["ori_accuracy"], cfg.model.baseline_accuracy, cfg.score)
         result = {**score, **base, **{f"{level}_best_s": best[level] for level in LEVELS}, "valid": 1}
         print(json.dumps(score))
