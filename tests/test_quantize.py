@@ -69,6 +69,28 @@ def test_preset_quantizes_checks_reloads_and_generates(preset, quantized, tiny_t
         assert 0 < m["rel_output_error_mean"] < 0.3
 
 
+def test_quantizing_twice_gives_the_same_bytes(quantized, tiny_model_dir, tmp_path):
+    """Same inputs, versions and machine: the same checkpoint file for file, also from another process
+    (`soarlab prepare-model`), so DVC's hash of models/quantized holds and bench/accuracy stay cached."""
+    import hashlib
+    import subprocess
+    import sys
+
+    def digests(folder):
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+
+    first, report = quantized("gptq_w4_mixed")
+    again = tmp_path / "again"
+    proc = subprocess.run([sys.executable, "-m", "soarlab.cli", "prepare-model", "--input", str(tiny_model_dir),
+                           "--output", str(again), "model=tiny", "quant=gptq_w4_mixed"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert digests(first) == digests(again)
+    # GPTQModel's per-module log (wall-clock times) is kept out of the checkpoint, in the report without times
+    assert "quant_log.csv" not in digests(first)
+    assert report["gptq_log"] and {"layer", "module", "loss"} <= set(report["gptq_log"][0]) and "time" not in report["gptq_log"][0]
+
+
 def test_plain_transformers_call_reloads_after_prepare(quantized):
     """After hf_compat.prepare(dir), the plain transformers call works (what the engines use)."""
     from transformers import AutoModelForCausalLM

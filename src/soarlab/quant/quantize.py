@@ -15,6 +15,7 @@ an interrupt, a full disk or a failed check leaves no output that looks valid.
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import os
 import shutil
@@ -42,9 +43,9 @@ def _cpu_workers() -> None:
 def _calibration_settings(qcfg, model_name: str | None) -> dict[str, Any]:
     cal = qcfg.calibration
     settings = {k: cal[k] for k in ("source", "num_samples", "seq_len", "batch_size", "seed")}
-    per_model = cal.get("per_model") or {}
-    if model_name and model_name in per_model:
-        settings.update(dict(per_model[model_name]))
+    override = cal.per_model.get(model_name) if model_name else None
+    if override:
+        settings.update({k: v for k, v in override.items() if v is not None})
     return settings
 
 
@@ -94,7 +95,8 @@ def _fix_config(out_dir: Path, base_config: dict, qcfg) -> None:
         qpath.write_text(json.dumps(q, indent=2) + "\n")
 
 
-def _gptq(input_dir: Path, out_dir: Path, qcfg, plan, cal: dict, samples: list[dict]) -> None:
+def _gptq(input_dir: Path, out_dir: Path, qcfg, plan, cal: dict, samples: list[dict]) -> list[dict]:
+    """GPTQModel's quantize and save into out_dir; returns its per-module log (the checkpoint keeps none)."""
     _cpu_workers()
     import torch
     from gptqmodel import GPTQModel, QuantizeConfig
@@ -113,6 +115,7 @@ def _gptq(input_dir: Path, out_dir: Path, qcfg, plan, cal: dict, samples: list[d
         config = QuantizeConfig(**common, damp_percent=float(qcfg.damp_percent),
                                 damp_auto_increment=float(qcfg.damp_auto_increment),
                                 act_group_aware=bool(qcfg.act_group_aware) and not bool(qcfg.desc_act))
+    torch.manual_seed(int(cal["seed"]))  # same inputs, same bytes (tests/test_quantize.py quantizes twice)
     model = GPTQModel.load(str(input_dir), config, trust_remote_code=True, dtype=torch.bfloat16)
     with _gptqmodel_logs_elsewhere():
         if qcfg.method == "rtn":
@@ -121,6 +124,22 @@ def _gptq(input_dir: Path, out_dir: Path, qcfg, plan, cal: dict, samples: list[d
             model.quantize(samples, batch_size=int(cal["batch_size"]))
     model.save(str(out_dir))
     del model
+    return _take_quant_log(out_dir)
+
+
+def _take_quant_log(out_dir: Path) -> list[dict]:
+    """GPTQModel saves quant_log.csv (per module: loss, samples, damp, wall-clock time) into the
+    checkpoint. Its times differ on every run, so the folder's hash would too, and bench and accuracy
+    would re-run for a byte-identical model: the log moves into the report, without the times."""
+    from gptqmodel.models.writer import PROCESS_LOG_TIME
+
+    path = out_dir / "quant_log.csv"
+    if not path.is_file():
+        return []
+    with open(path, newline="") as fh:
+        rows = [{k: v for k, v in row.items() if k != PROCESS_LOG_TIME} for row in csv.DictReader(fh)]
+    path.unlink()
+    return rows
 
 
 @contextlib.contextmanager
@@ -173,6 +192,7 @@ def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg, mod
     samples, cal_warnings = calibration_samples(tokenizer, str(cal["source"]), int(cal["num_samples"]),
                                                 int(cal["seq_len"]), int(cal["seed"]), root)
     timings: dict[str, float] = {}
+    gptq_log: list[dict] = []
     with atomic_dir(output_dir) as tmp:
         t0 = time.perf_counter()
         if method == "none":
@@ -180,7 +200,7 @@ def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg, mod
                 if f.is_file() and f.name != "config.json":
                     _link_or_copy(f, tmp / f.name)
         else:
-            _gptq(input_dir, tmp, qcfg, plan, cal, samples)
+            gptq_log = _gptq(input_dir, tmp, qcfg, plan, cal, samples)
         timings["quantize"] = time.perf_counter() - t0
         copied = _copy_side_files(input_dir, tmp)
         _fix_config(tmp, base_config, qcfg)
@@ -210,6 +230,7 @@ def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg, mod
         "bits_per_module": {n: (b if b is not None else "bf16") for n, b in sorted(plan.bits.items())},
         "rule_hits": plan.rule_hits,
         "reconstruction_error": errors,
+        "gptq_log": gptq_log,
         "warnings": plan.warnings + cal_warnings,
         "side_files_copied": copied,
         "checks": "passed" if qcfg.check else "skipped",
