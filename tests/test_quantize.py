@@ -73,6 +73,7 @@ def test_quantizing_twice_gives_the_same_bytes(quantized, tiny_model_dir, tmp_pa
     """Same inputs, versions and machine: the same checkpoint file for file, also from another process
     (`soarlab prepare-model`), so DVC's hash of models/quantized holds and bench/accuracy stay cached."""
     import hashlib
+    import re
     import subprocess
     import sys
 
@@ -86,6 +87,10 @@ def test_quantizing_twice_gives_the_same_bytes(quantized, tiny_model_dir, tmp_pa
                           cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert digests(first) == digests(again)
+    # a clean log: GPTQModel's per-layer tables (rows like "INFO  | ... |") are not printed
+    output = proc.stdout + proc.stderr
+    table = re.search(r"^INFO\s+[|+]", output, re.M)
+    assert not table, output[max(0, table.start() - 1500): table.start() + 500]
     # GPTQModel's per-module log (wall-clock times) is kept out of the checkpoint, in the report without times
     assert "quant_log.csv" not in digests(first)
     assert report["gptq_log"] and {"layer", "module", "loss"} <= set(report["gptq_log"][0]) and "time" not in report["gptq_log"][0]

@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from soarlab import quiet
+
+    quiet.install()  # known-harmless library warnings (each one's why is there)
     args = build_parser().parse_args(argv)
     try:
         return args.run(args) or 0

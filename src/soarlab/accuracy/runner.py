@@ -62,8 +62,13 @@ def _chat_model(base_url: str, model: str, eval_cfg: Mapping):
 
 
 def _quiet_lm_eval() -> None:
+    from soarlab.quiet import drop
+
     for name in ("lm_eval", "lm-eval"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    drop("lm_eval.evaluator_utils", r"Metrics were not scored on the same number of documents",
+         "by design: each row scores acc and the metric of its own task only (acc_mcq on mcq rows, ...), "
+         "and no lm-eval group aggregation is used")
 
 
 def run_correctness(

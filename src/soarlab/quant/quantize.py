@@ -116,14 +116,14 @@ def _gptq(input_dir: Path, out_dir: Path, qcfg, plan, cal: dict, samples: list[d
                                 damp_auto_increment=float(qcfg.damp_auto_increment),
                                 act_group_aware=bool(qcfg.act_group_aware) and not bool(qcfg.desc_act))
     torch.manual_seed(int(cal["seed"]))  # same inputs, same bytes (tests/test_quantize.py quantizes twice)
-    model = GPTQModel.load(str(input_dir), config, trust_remote_code=True, dtype=torch.bfloat16)
     with _gptqmodel_logs_elsewhere():
+        model = GPTQModel.load(str(input_dir), config, trust_remote_code=True, dtype=torch.bfloat16)
         if qcfg.method == "rtn":
             model.quantize(None)
         else:
             model.quantize(samples, batch_size=int(cal["batch_size"]))
-    model.save(str(out_dir))
-    del model
+        model.save(str(out_dir))
+        del model
     return _take_quant_log(out_dir)
 
 
@@ -144,17 +144,24 @@ def _take_quant_log(out_dir: Path) -> list[dict]:
 
 @contextlib.contextmanager
 def _gptqmodel_logs_elsewhere():
-    """GPTQModel 7.6 writes a per-layer log into ./logs of whatever folder it runs in (the project
-    root, under DVC); our report holds what matters, so its log goes to a folder removed afterwards."""
+    """GPTQModel 7.6 prints two tables per layer (a row per quantized module; the timing of its
+    regions) and writes the module rows into ./logs of whatever folder it runs in (the project root,
+    under DVC). The report keeps the module numbers (`gptq_log`, from quant_log.csv) and our own
+    timings, so neither table is printed and the files go to a folder removed afterwards; its
+    progress bars, warnings and errors still show."""
     from gptqmodel.looper import loop_processor
+    from gptqmodel.utils.logger import QuantizationRegionTimer
 
-    saved = loop_processor._PROJECT_LOG_DIR
+    processor = loop_processor.LoopProcessor
+    saved = loop_processor._PROJECT_LOG_DIR, processor.log_new_row, QuantizationRegionTimer.flush
     with tempfile.TemporaryDirectory(prefix="gptqmodel-logs-") as tmp:
         loop_processor._PROJECT_LOG_DIR = Path(tmp)
+        processor.log_new_row = lambda self, stat: None
+        QuantizationRegionTimer.flush = lambda self: None
         try:
             yield
         finally:
-            loop_processor._PROJECT_LOG_DIR = saved
+            loop_processor._PROJECT_LOG_DIR, processor.log_new_row, QuantizationRegionTimer.flush = saved
 
 
 def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg, model_name: str | None = None,
