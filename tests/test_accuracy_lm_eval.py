@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import threading
 from collections import Counter
 from pathlib import Path
@@ -177,14 +178,19 @@ def test_fetch_correctness_set_sources(tmp_path, monkeypatch):
         dataset.fetch_correctness_set({"source": "file", "path": str(bad)}, dest)
     assert dest.read_bytes() == EMBEDDED.read_bytes()  # the old file is untouched
 
-    with pytest.raises(SoarError, match="placeholder"):
-        dataset.fetch_correctness_set({"source": "github", "repo": "o/r", "file": "f", "commit": None, "sha256": None}, dest)
+    unpinned = {"source": "github", "repo": "o/r", "file": "f", "commit": None, "git_blob_sha1": None, "sha256": None}
+    with pytest.raises(SoarError, match="commit is not set"):
+        dataset.fetch_correctness_set(unpinned, dest)
+    with pytest.raises(SoarError, match="neither git_blob_sha1 nor sha256"):
+        dataset.fetch_correctness_set({**unpinned, "commit": "a" * 40}, dest)
 
     # github: raw.githubusercontent.com is unreachable here, so a loopback server stands in for it
     payload = EMBEDDED.read_bytes()
+    pinned = compose(["eval=soar"], root=ROOT).eval.dataset  # the official set as conf/eval/soar.yaml pins it
+    served = []
 
     async def raw(request):
-        assert request.match_info["path"] == "OpenBMB/SOAR-Toolkit/" + "a" * 40 + "/eval_dataset/perf_public_set.jsonl"
+        served.append(request.match_info["path"])
         return web.Response(body=payload)
 
     loop = asyncio.new_event_loop()
@@ -199,13 +205,24 @@ def test_fetch_correctness_set_sources(tmp_path, monkeypatch):
     try:
         port = app_runner.addresses[0][1]
         monkeypatch.setattr(dataset, "RAW_URL", f"http://127.0.0.1:{port}/{{repo}}/{{commit}}/{{file}}")
-        cfg = {"source": "github", "repo": "OpenBMB/SOAR-Toolkit", "file": "eval_dataset/perf_public_set.jsonl",
-               "commit": "a" * 40, "sha256": hashlib.sha256(payload).hexdigest()}
-        dest2 = tmp_path / "gh.jsonl"
-        dataset.fetch_correctness_set(cfg, dest2)
-        assert dest2.read_bytes() == payload
+        # the pinned config: the right URL, and a file that is not the official one is refused by its blob hash
+        with pytest.raises(SoarError, match=f"git blob sha1 {dataset.git_blob_sha1(EMBEDDED)}, not the pinned "
+                                            "391ed46494c5d72937be8cac1e46c4c33584a6ee"):
+            dataset.fetch_correctness_set(pinned, tmp_path / "official.jsonl")
+        assert served == ["OpenBMB/SOAR-Toolkit/2ed4ade13a601f2f8879c2bc482ed7d0f11c61ef/eval_dataset/perf_public_set.jsonl"]
+        assert not (tmp_path / "official.jsonl").exists()
+        # our blob hash is git's own (the real `git hash-object`); it alone, sha256 alone, or both verify
+        git_says = subprocess.run(["git", "hash-object", str(EMBEDDED)], capture_output=True, text=True, check=True).stdout
+        assert dataset.git_blob_sha1(EMBEDDED) == git_says.strip()
+        sha256 = hashlib.sha256(payload).hexdigest()
+        for hashes in ({"git_blob_sha1": git_says.strip(), "sha256": None}, {"git_blob_sha1": None, "sha256": sha256},
+                       {"git_blob_sha1": git_says.strip(), "sha256": sha256}):
+            dest2 = tmp_path / "gh.jsonl"
+            dataset.fetch_correctness_set({**unpinned, "commit": "a" * 40, **hashes}, dest2)
+            assert dest2.read_bytes() == payload
         with pytest.raises(SoarError, match="sha256"):
-            dataset.fetch_correctness_set({**cfg, "sha256": "0" * 64}, tmp_path / "gh2.jsonl")
+            dataset.fetch_correctness_set({**unpinned, "commit": "a" * 40, "git_blob_sha1": git_says.strip(),
+                                           "sha256": "0" * 64}, tmp_path / "gh2.jsonl")
         assert not (tmp_path / "gh2.jsonl").exists()
     finally:
         asyncio.run_coroutine_threadsafe(app_runner.cleanup(), loop).result(10)
