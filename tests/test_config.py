@@ -116,3 +116,16 @@ def test_a_stage_refuses_a_bad_params_yaml_before_it_starts(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "config key engine.port" in proc.stderr and "'notaport'" in proc.stderr
+
+
+def test_dvc_exp_run_with_a_bad_value_stops_before_any_stage_work(tmp_path):
+    """Real DVC: `dvc exp run -S` composes params.yaml itself; the first stage refuses it in one line."""
+    from conftest import make_project
+
+    dest, env = make_project(tmp_path / "project")
+    proc = subprocess.run(["dvc", "exp", "run", "-S", "engine.port=99999"], cwd=dest, env=env,
+                          capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "soarlab: error: config key engine.port in params.yaml: Input should be less than or equal to 65535" in out
+    assert not (dest / "models" / "base").exists() and "training tiny model" not in out
