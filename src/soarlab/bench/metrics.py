@@ -19,6 +19,8 @@ import statistics
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+import numpy as np
+
 if TYPE_CHECKING:
     from soarlab.bench.client import Record
 
@@ -41,8 +43,6 @@ def summarize(values: Sequence[float], scale: float = 1000.0) -> Distribution:
     """mean, median, p90, p99 of values (seconds), scaled to ms."""
     if not len(values):
         return Distribution(None, None, None, None)
-    import numpy as np
-
     arr = np.asarray(values, dtype=float) * scale
     return Distribution(float(arr.mean()), *(float(np.percentile(arr, q)) for q in _PERCENTILES.values()))
 
