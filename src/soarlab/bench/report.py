@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from soarlab.atomic import atomic_path, write_json, write_jsonl
-from soarlab.bench.metrics import METRICS, PER_REQUEST, TABLE, VALUE, flat_metrics, value_of
+from soarlab.bench.metrics import METRICS, PER_REQUEST, TABLE, flat_metrics, value_of
 from soarlab.bench.results import LevelReport
 from soarlab.domain import LEVELS
 
