@@ -204,3 +204,22 @@ def test_empty_after_drop_is_an_error(tiny_tokenizer, tmp_path):
     path = write_set(tmp_path / "s.jsonl", [{"question": "", "model_response": "a b c"}])
     with pytest.raises(SoarError, match="under 2 tokens"):
         prepare(path, tiny_tokenizer, bench_cfg())
+
+
+def test_one_client_class_per_api():
+    from soarlab.bench.client import CLIENTS, OpenAIClient, SGLangClient, client_for
+
+    assert {api: cls.path for api, cls in CLIENTS.items()} == {"sglang": "/generate", "openai": "/v1/completions"}
+    sgl = client_for("sglang", "http://h:1/", model=None, length_control="generation_config")
+    assert isinstance(sgl, SGLangClient) and sgl.url == "http://h:1/generate"
+    body = json.loads(sgl.body("p", 5))
+    assert body["sampling_params"] == {"temperature": 0.0, "max_new_tokens": 5}
+    assert json.loads(body["generation_config"]) == {"min_new_tokens": 5, "max_new_tokens": 5}
+    oai = client_for("openai", "http://h:1", model="m", length_control="ignore_eos", temperature=0.5)
+    assert isinstance(oai, OpenAIClient)
+    assert json.loads(oai.body("p", 3)) == {"model": "m", "prompt": "p", "temperature": 0.5, "max_tokens": 3,
+                                            "stream": True, "ignore_eos": True}
+    with pytest.raises(ValueError, match="unknown api"):
+        client_for("vllm", "http://h:1", model=None, length_control="ignore_eos")
+    with pytest.raises(ValueError, match="length_control"):
+        client_for("sglang", "http://h:1", model=None, length_control="auto")
