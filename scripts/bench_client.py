@@ -51,10 +51,11 @@ def stats(url: str) -> dict:
 
 
 def soarlab_level(url, requests, level, conc, tokenizer, bench):
-    from soarlab.bench.runner import Target, run_level
+    from soarlab.bench.runner import run_level
+    from soarlab.engines.server import Server
 
     before = stats(url)
-    report, _ = run_level(Target(url, "sglang"), requests, level, conc, bench, tokenizer, {})
+    report, _ = run_level(Server(url, "sglang"), requests, level, conc, bench, tokenizer)
     after = stats(url)
     n = after["requests"] - before["requests"]
     server_per_req = (after["handler_s"] - before["handler_s"]) / max(n, 1)
@@ -163,9 +164,9 @@ def main() -> None:
             for level, conc, n in fast_levels:
                 def soar(n=n, level=level, conc=conc):
                     rep, server_per_req = soarlab_level(url, requests[:n], level, conc, tokenizer, bench)
-                    d = rep["diagnostics"]
-                    return {"requests": n, "duration_s": rep["measured_duration_s"], "valid": rep["valid"],
-                            "req_s": d["request_throughput"], "mean_e2e_ms": d["e2e_latency_ms"]["mean"],
+                    d = rep.diagnostics
+                    return {"requests": n, "duration_s": rep.measured_duration_s, "valid": rep.valid,
+                            "req_s": d.request_throughput, "mean_e2e_ms": d.e2e_latency_ms.mean,
                             "server_ms": 1000 * server_per_req}
                 off = (lambda n=n, conc=conc: official_level(args.official_python, url, tmp / "fast.official.jsonl",
                                                              tok_dir, n, conc, tmp)) if have_official else None
@@ -183,7 +184,7 @@ def main() -> None:
             for level, conc, n in slow_levels:
                 def soar(n=n, level=level, conc=conc):
                     rep, server_per_req = soarlab_level(url, requests[:n], level, conc, tokenizer, bench)
-                    return {"requests": n, "duration_s": rep["measured_duration_s"], "valid": rep["valid"],
+                    return {"requests": n, "duration_s": rep.measured_duration_s, "valid": rep.valid,
                             # the floor at S1: the server's handlers' own time (run one at a time)
                             "server_floor_s": server_per_req * n if conc == 1 else None}
                 off = (lambda n=n, conc=conc: official_level(args.official_python, url, tmp / "slow.official.jsonl",

@@ -6,6 +6,7 @@ record every payload, and inject faults on demand. No test depends on timing bei
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -13,11 +14,13 @@ import pytest
 
 from soarlab.bench.cli import prepare
 from soarlab.bench.loopback import LoopbackServer
-from soarlab.bench.metrics import compare_level_reports, repeats_summary
+from soarlab.bench.metrics import Spread
 from soarlab.bench.report import write_level, write_summary
 from soarlab.bench.requests import build_requests
-from soarlab.bench.runner import Target, run_level
+from soarlab.bench.results import compare
+from soarlab.bench.runner import run_level
 from soarlab.datasets.soar import read_speed_set
+from soarlab.engines.server import Server
 from soarlab.errors import SoarError
 
 from bench_helpers import bench_cfg, write_set
@@ -43,14 +46,15 @@ def dataset(tmp_path, speed_rows):
 def _level(server, api, dataset, tokenizer, level="S8", concurrency=8, **changes):
     bench = bench_cfg(**changes)
     requests, info = prepare(dataset, tokenizer, bench)
-    target = Target(server.base_url, api, model="loopback", supports_ignore_eos=(api == "sglang"))
+    target = Server(server.base_url, api, model="loopback")
+    assert target.supports_ignore_eos is (api == "sglang")
     return run_level(target, requests, level, concurrency, bench, tokenizer, info), requests
 
 
 def test_output_length_from_model_response_and_prompt_as_is(tiny_tokenizer, dataset, speed_rows):
     with LoopbackServer(api="sglang") as srv:
         (report, rows), requests = _level(srv, "sglang", dataset, tiny_tokenizer, warmup_requests=0)
-    assert report["valid"], report["invalid_reasons"]
+    assert report.valid, report.invalid_reasons
     by_text = {p["text"]: p for p in srv.stats.payloads}
     for row in speed_rows:
         payload = by_text[row["question"]]  # the question text as it is: no chat template
@@ -90,14 +94,14 @@ def test_short_rows_dropped_and_reported(tiny_tokenizer, tmp_path, speed_rows):
     path = write_set(tmp_path / "s.jsonl", rows)
     with LoopbackServer(api="sglang") as srv:
         (report, _), requests = _level(srv, "sglang", path, tiny_tokenizer)
-    assert report["requests"] == 4 and report["dataset"]["dropped_rows"] == 1
+    assert report.requests == 4 and report.dataset.dropped_rows == 1
 
 
 @pytest.mark.parametrize("level,concurrency,expected", [("S1", 1, 1), ("S8", 8, 8), ("Smax", None, 12)])
 def test_concurrency_limits_held(tiny_tokenizer, dataset, level, concurrency, expected):
     with LoopbackServer(api="sglang", token_delay_s=0.01) as srv:
         (report, rows), _ = _level(srv, "sglang", dataset, tiny_tokenizer, level, concurrency)
-    assert report["valid"], report["invalid_reasons"]
+    assert report.valid, report.invalid_reasons
     assert srv.stats.max_inflight == expected
 
 
@@ -108,28 +112,28 @@ def test_warmup_excluded_and_cache_flushed(tiny_tokenizer, dataset):
     assert first["text"] == requests[0].prompt and first["sampling_params"]["max_new_tokens"] == 2
     assert srv.stats.requests == 1 + 2 * len(requests)
     assert srv.stats.flushes == 2
-    assert len(rows) == 2 * len(requests) and report["diagnostics"]["completed"] == len(requests)
-    assert report["warmup"]["output_tokens"] == 2
+    assert len(rows) == 2 * len(requests) and report.diagnostics.completed == len(requests)
+    assert report.warmup.output_tokens == 2
 
 
 def test_openai_uses_generation_config_and_says_so(tiny_tokenizer, dataset):
     with LoopbackServer(api="openai") as srv:
         (report, rows), requests = _level(srv, "openai", dataset, tiny_tokenizer)
-    assert report["valid"], report["invalid_reasons"]
+    assert report.valid, report.invalid_reasons
     body = srv.stats.payloads[-1]
     assert "ignore_eos" not in body and body["stream"] is True and body["temperature"] == 0.0
     gc = json.loads(body["generation_config"])
     assert gc["min_new_tokens"] == gc["max_new_tokens"] == body["max_tokens"]
-    assert report["method"]["length_control"] == "generation_config"
-    assert any("generation_config" in n for n in report["notes"])
+    assert report.method.length_control == "generation_config"
+    assert any("generation_config" in n for n in report.notes)
     assert all(r["server_output_tokens"] == r["output_tokens_asked"] for r in rows)
 
 
 def test_openai_ignore_eos_rejected_makes_level_invalid(tiny_tokenizer, dataset):
     with LoopbackServer(api="openai") as srv:
         (report, _), _ = _level(srv, "openai", dataset, tiny_tokenizer, length_control="ignore_eos", warmup_requests=0)
-    assert not report["valid"] and report["duration_s"] is None
-    assert "HTTP 422" in report["invalid_reasons"][0]
+    assert not report.valid and report.duration_s is None
+    assert "HTTP 422" in report.invalid_reasons[0]
 
 
 def _fault_on(prompt, mode):
@@ -147,9 +151,9 @@ def test_faults_make_the_level_invalid(tiny_tokenizer, dataset, speed_rows, tmp_
     victim = requests[-1].prompt  # not the warm-up row
     with LoopbackServer(api=api, fault=_fault_on(victim, mode)) as srv:
         (report, rows), _ = _level(srv, api, dataset, tiny_tokenizer, request_timeout_s=1.0)
-    assert not report["valid"] and report["duration_s"] is None
-    assert message in " ".join(report["invalid_reasons"])
-    assert report["measured_duration_s"] is not None
+    assert not report.valid and report.duration_s is None
+    assert message in " ".join(report.invalid_reasons)
+    assert report.measured_duration_s is not None
     # The finished requests are still recorded, the failed one with its error.
     assert len(rows) == len(requests)
     assert sum(1 for r in rows if r["error"] is None) >= len(requests) - 1
@@ -161,22 +165,24 @@ def test_faults_make_the_level_invalid(tiny_tokenizer, dataset, speed_rows, tmp_
 def test_warmup_failure_is_reported(tiny_tokenizer, dataset):
     with LoopbackServer(api="sglang", fault=lambda p: "http500") as srv:
         (report, rows), _ = _level(srv, "sglang", dataset, tiny_tokenizer)
-    assert not report["valid"] and "warm-up" in report["invalid_reasons"][0]
+    assert not report.valid and "warm-up" in report.invalid_reasons[0]
     assert srv.stats.requests == 1
 
 
 def test_repeats_spread_and_compare(tiny_tokenizer, dataset):
     with LoopbackServer(api="sglang") as srv:
         (a, _), _ = _level(srv, "sglang", dataset, tiny_tokenizer, repeats=3)
-    assert len(a["durations_s"]) == 3 and a["spread_s"] == max(a["durations_s"]) - min(a["durations_s"])
-    assert a["duration_s"] == sorted(a["durations_s"])[1]
-    b = dict(a, duration_s=a["duration_s"] + a["spread_s"] / 2)
-    assert compare_level_reports(a, b)["within_noise"] is True
-    c = dict(a, duration_s=a["duration_s"] + 2 * a["spread_s"] + 1.0)
-    assert compare_level_reports(a, c)["within_noise"] is False
-    single = dict(a, spread_s=None)
-    assert compare_level_reports(single, b)["within_noise"] is None
-    assert repeats_summary([3.0, 1.0, 2.0]) == {"median_s": 2.0, "spread_s": 2.0, "spread_pct": 100.0, "repeats": 3}
+    assert len(a.durations_s) == 3 and a.spread_s == max(a.durations_s) - min(a.durations_s)
+    assert a.duration_s == sorted(a.durations_s)[1]
+    b = dataclasses.replace(a, duration_s=a.duration_s + a.spread_s / 2)
+    assert compare(a, b).within_noise is True
+    c = dataclasses.replace(a, duration_s=a.duration_s + 2 * a.spread_s + 1.0)
+    assert compare(a, c).within_noise is False
+    single = dataclasses.replace(a, spread_s=None)
+    assert compare(single, b).within_noise is None
+    invalid = dataclasses.replace(a, duration_s=None)
+    assert compare(invalid, b).comparable is False and compare(invalid, b).within_noise is None
+    assert Spread.of([3.0, 1.0, 2.0]) == Spread(median_s=2.0, spread_s=2.0, spread_pct=100.0, repeats=3)
 
 
 def test_reports_written(tiny_tokenizer, dataset, tmp_path):
@@ -198,3 +204,22 @@ def test_empty_after_drop_is_an_error(tiny_tokenizer, tmp_path):
     path = write_set(tmp_path / "s.jsonl", [{"question": "", "model_response": "a b c"}])
     with pytest.raises(SoarError, match="under 2 tokens"):
         prepare(path, tiny_tokenizer, bench_cfg())
+
+
+def test_one_client_class_per_api():
+    from soarlab.bench.client import CLIENTS, OpenAIClient, SGLangClient, client_for
+
+    assert {api: cls.path for api, cls in CLIENTS.items()} == {"sglang": "/generate", "openai": "/v1/completions"}
+    sgl = client_for("sglang", "http://h:1/", model=None, length_control="generation_config")
+    assert isinstance(sgl, SGLangClient) and sgl.url == "http://h:1/generate"
+    body = json.loads(sgl.body("p", 5))
+    assert body["sampling_params"] == {"temperature": 0.0, "max_new_tokens": 5}
+    assert json.loads(body["generation_config"]) == {"min_new_tokens": 5, "max_new_tokens": 5}
+    oai = client_for("openai", "http://h:1", model="m", length_control="ignore_eos", temperature=0.5)
+    assert isinstance(oai, OpenAIClient)
+    assert json.loads(oai.body("p", 3)) == {"model": "m", "prompt": "p", "temperature": 0.5, "max_tokens": 3,
+                                            "stream": True, "ignore_eos": True}
+    with pytest.raises(ValueError, match="unknown api"):
+        client_for("vllm", "http://h:1", model=None, length_control="ignore_eos")
+    with pytest.raises(ValueError, match="length_control"):
+        client_for("sglang", "http://h:1", model=None, length_control="auto")

@@ -16,6 +16,7 @@ from soarlab.bench.loopback import LoopbackServer
 from soarlab.cli import main
 from soarlab.config import compose
 from soarlab.datasets.speed import make_speed_set, named_profile
+from soarlab.engines.server import Server
 from soarlab.atomic import write_jsonl
 
 from bench_helpers import ROOT, bench_cfg
@@ -66,13 +67,15 @@ def test_stage_runs_three_levels(speed_set, tiny_model_dir, tmp_path, monkeypatc
     """The engine is replaced by a loopback server here (the engines module has its own tests)."""
     from soarlab.stages import bench as stage
 
+    servers = []
+
     @contextlib.contextmanager
     def open_engine(cfg, model_dir, log_path):
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         Path(log_path).write_text("loopback\n")
         with LoopbackServer(api="sglang") as srv:
-            yield types.SimpleNamespace(base_url=srv.base_url, api="sglang", model="tiny",
-                                        supports_ignore_eos=True, flush_cache=lambda: True)
+            servers.append(srv)
+            yield Server(srv.base_url, "sglang", model="tiny", log_path=Path(log_path))
 
     monkeypatch.setitem(sys.modules, "soarlab.engines", types.SimpleNamespace(open_engine=open_engine))
     data = tmp_path / "data"
@@ -88,3 +91,4 @@ def test_stage_runs_three_levels(speed_set, tiny_model_dir, tmp_path, monkeypatc
     assert {f"{L}_duration_s" for L in ("S1", "S8", "Smax")} <= set(flat)
     assert (tmp_path / "reports" / "logs" / "bench-server.log").is_file() and (out / "Smax.requests.jsonl").is_file()
     assert json.loads((out / "S1.json").read_text())["runs"][0]["cache_flush"] == "flushed"
+    assert servers[0].stats.flushes == 3  # one real POST /flush_cache per level, through Server.flush_cache

@@ -41,13 +41,23 @@ def _parents(name: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
 def direct_uses(name: str) -> tuple[set[str], set[str]]:
     """(soarlab modules `name` imports or runs with `-m`, names it joins into paths)."""
     tree = ast.parse(module_file(name).read_text())
     package = name if module_file(name).name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
     strings: set[str] = set()
+    # Imports under `if TYPE_CHECKING:` never run; they are for the type checker only.
+    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and _is_type_checking(node.test)
+                   for stmt in node.body for n in ast.walk(stmt)}
     for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):

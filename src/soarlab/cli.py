@@ -7,6 +7,7 @@ import argparse
 import importlib
 import sys
 
+from soarlab.domain import LEVELS
 from soarlab.errors import SoarError
 
 STAGES = ("fetch-model", "fetch-data", "quantize", "package", "bench", "accuracy", "reference", "score", "track")
@@ -51,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="benchmark one level against a running server (RULES.md 2)")
     p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
     p.add_argument("--dataset", required=True, help="SOAR-format speed set (JSONL)")
-    p.add_argument("--level", required=True, choices=("S1", "S8", "Smax"))
+    p.add_argument("--level", required=True, choices=LEVELS)
     p.add_argument("--tokenizer", help="model dir or tokenizer for output lengths (default: asked of the server)")
     p.add_argument("--api", choices=("auto", "sglang", "openai"), default="auto")
     p.add_argument("--output-dir", default="reports/bench")

@@ -17,10 +17,11 @@ from typing import Iterator
 
 from omegaconf import DictConfig
 
+from soarlab.bench.metrics import level_key
 from soarlab.config import flatten
+from soarlab.domain import LEVELS
 from soarlab.paths import owning_project_root
 
-LEVELS = ("S1", "S8", "Smax")
 # MLflow rejects param values over this many characters.
 _MAX_PARAM_CHARS = 6000
 
@@ -117,8 +118,8 @@ def recorded_durations(cfg: DictConfig, speed_set_sha: str, run_id: str | None =
     found = []
     for run in runs:
         metrics = run.data.metrics
-        durations = {level: metrics.get(f"bench.{level}_duration_s") for level in LEVELS}
-        valid = all(metrics.get(f"bench.{level}_valid") == 1.0 for level in LEVELS)
+        durations = {level: metrics.get("bench." + level_key(level, "duration_s")) for level in LEVELS}
+        valid = all(metrics.get("bench." + level_key(level, "valid")) == 1.0 for level in LEVELS)
         if all(durations.values()) and valid:
             found.append(durations)
     return found

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from soarlab.engines.server import http_request, served_models
+from soarlab.bench.results import SpeedSetInfo
+from soarlab.engines.server import Server, http_request, served_models
 from soarlab.errors import SoarError
 
 
@@ -47,7 +48,7 @@ def server_model(base_url: str, api: str) -> str | None:
     return models[0] if models else None
 
 
-def prepare(dataset: str | Path, tokenizer, bench) -> tuple[list, dict]:
+def prepare(dataset: str | Path, tokenizer, bench) -> tuple[list, SpeedSetInfo]:
     """Read the speed set, build the requests in send order, and describe the set for the report."""
     from soarlab.bench.requests import build_requests
     from soarlab.datasets.soar import read_speed_set
@@ -62,17 +63,17 @@ def prepare(dataset: str | Path, tokenizer, bench) -> tuple[list, dict]:
             f"every row of {dataset} is under {bench.min_tokens} tokens of prompt or output",
             "use a speed set with longer questions and model responses",
         )
-    info = {
-        "path": str(dataset), "rows": len(rows), "requests": len(requests), "dropped_rows": len(dropped),
-        "dropped": dropped[:50], "input_tokens": sum(r.prompt_len for r in requests),
-        "output_tokens": sum(r.output_len for r in requests),
-    }
+    info = SpeedSetInfo(
+        path=str(dataset), rows=len(rows), requests=len(requests), dropped_rows=len(dropped),
+        dropped=dropped[:50], input_tokens=sum(r.prompt_len for r in requests),
+        output_tokens=sum(r.output_len for r in requests),
+    )
     return requests, info
 
 
 def bench_cli(args) -> int:
-    from soarlab.bench.report import write_level, write_summary
-    from soarlab.bench.runner import Target, run_level
+    from soarlab.bench.report import print_level, write_level, write_summary
+    from soarlab.bench.runner import run_level
     from soarlab.config import compose
     from soarlab.datasets.speed import load_tokenizer
 
@@ -90,25 +91,10 @@ def bench_cli(args) -> int:
         raise SoarError(f"level {args.level} is not in bench.levels", f"use one of {', '.join(bench.levels)}")
     requests, info = prepare(args.dataset, tokenizer, bench)
     model = bench.model or (named if api == "openai" else None)
-    target = Target(base_url, api, model=model, supports_ignore_eos=(api == "sglang"))
-    report, rows = run_level(target, requests, args.level, bench.levels[args.level], bench, tokenizer, info)
+    server = Server(base_url, api, model=model)
+    report, rows = run_level(server, requests, args.level, bench.levels[args.level], bench, tokenizer, info)
     write_level(args.output_dir, report, rows)
     write_summary(args.output_dir, make_plot=bool(bench.plot))
-    _print(report, args.output_dir)
-    return 0 if report["valid"] else 1
+    print_level(report, args.output_dir)
+    return 0 if report.valid else 1
 
-
-def _print(report: dict, output_dir) -> None:
-    d = report.get("diagnostics") or {}
-    name = report["level"]
-    if report["valid"]:
-        spread = "" if report["spread_s"] is None else f" (spread {report['spread_s']:.2f} s over {report['repeats']} runs)"
-        print(f"{name}: benchmark duration {report['duration_s']:.2f} s{spread}, "
-              f"{d.get('request_throughput', 0):.2f} req/s, mean TTFT {(d.get('ttft_ms') or {}).get('mean') or 0:.1f} ms"
-              f" -> {output_dir}/{name}.json")
-    else:
-        print(f"{name}: INVALID, not scored: " + " | ".join(report["invalid_reasons"]))
-    if report["dataset"].get("dropped_rows"):
-        print(f"{report['dataset']['dropped_rows']} rows dropped (prompt or output under {report['method']['min_tokens']} tokens)")
-    for note in report.get("notes", []):
-        print(f"note: {note}")

@@ -1,4 +1,7 @@
-"""The streaming benchmark client: asyncio + aiohttp, one session, a connection pool sized to the level.
+"""The streaming benchmark client: one class per HTTP API, asyncio + aiohttp, one session per level.
+
+- `SGLangClient`: SGLang's native `POST /generate` (what the official tool sends, RULES.md 2);
+- `OpenAIClient`: `POST /v1/completions` (e.g. `transformers serve`, the CPU engine).
 
 Kept cheap per chunk, so the client is never what a level measures: the request body is
 serialized once, the stream is read in whatever blocks arrive (`iter_any`) and split on
@@ -19,7 +22,7 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, ClassVar, Sequence
 
 import aiohttp
 
@@ -28,8 +31,9 @@ from soarlab.bench.requests import BenchRequest
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 _TEXT_KEY = re.compile(rb'"text"\s*:\s*"')
 JSON_HEADERS = {"Content-Type": "application/json"}
-APIS = ("sglang", "openai")
-PATHS = {"sglang": "/generate", "openai": "/v1/completions"}
+# How the output is held at exactly n tokens: RULES.md 2's sampling_params.ignore_eos, or a
+# generation_config {min_new_tokens: n, max_new_tokens: n} for servers that reject ignore_eos.
+LENGTH_CONTROLS = ("ignore_eos", "generation_config")
 
 
 @dataclass
@@ -61,29 +65,15 @@ class Record:
         return self.server_tokens if self.server_tokens is not None else self.client_tokens
 
 
-def length_fields(api: str, n: int, length_control: str) -> dict:
-    """How the output is held at exactly n tokens (RULES.md 2: ignore_eos; else generation_config)."""
-    if length_control == "ignore_eos":
-        return {"ignore_eos": True}
-    if length_control == "generation_config":
-        return {"generation_config": json.dumps({"min_new_tokens": n, "max_new_tokens": n})}
-    raise ValueError(f"length_control {length_control!r}")
+@dataclass
+class LevelRun:
+    records: list[Record]
+    start: float  # first send
+    end: float  # last completion
 
-
-def request_body(api: str, prompt: str, n: int, *, model: str | None, length_control: str, temperature: float = 0.0) -> bytes:
-    if api == "sglang":
-        sampling = {"temperature": temperature, "max_new_tokens": n}
-        if length_control == "ignore_eos":
-            sampling["ignore_eos"] = True
-        body = {"text": prompt, "sampling_params": sampling, "stream": True}
-        if length_control == "generation_config":
-            body.update(length_fields(api, n, length_control))
-    elif api == "openai":
-        body = {"model": model, "prompt": prompt, "temperature": temperature, "max_tokens": n, "stream": True}
-        body.update(length_fields(api, n, length_control))
-    else:
-        raise ValueError(f"unknown api {api!r}")
-    return json.dumps(body, ensure_ascii=False).encode()
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
 
 
 def _text_nonempty(payload: bytes) -> bool:
@@ -96,90 +86,214 @@ def _tokens(payload: bytes) -> int | None:
     return int(m.group(1)) if m else None
 
 
-async def send_one(
-    session: aiohttp.ClientSession, url: str, api: str, body: bytes, rec: Record, timeout: aiohttp.ClientTimeout
-) -> Record:
-    """POST one streaming request and fill `rec`; never raises for a server or network fault."""
-    chunks = rec.chunks
-    last = b""
-    done = False
-    is_openai = api == "openai"
-    rec.send = time.perf_counter()
-    try:
-        async with session.post(url, data=body, headers=JSON_HEADERS, timeout=timeout) as resp:
-            if resp.status != 200:
-                detail = (await resp.text())[:300].strip().replace("\n", " ")
-                rec.error = f"HTTP {resp.status} {resp.reason}: {detail}"
-                rec.end = time.perf_counter()
-                return rec
-            buf = b""
-            async for data in resp.content.iter_any():
-                now = time.perf_counter()
-                buf += data
-                if b"\n" not in data:
-                    continue
-                lines = buf.split(b"\n")
-                buf = lines.pop()
-                for line in lines:
-                    if line[:5] != b"data:":
+def _generation_config(n: int) -> str:
+    return json.dumps({"min_new_tokens": n, "max_new_tokens": n})
+
+
+def make_session(connections: int, read_bufsize: int = 1 << 20) -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(limit=max(1, connections), limit_per_host=0, ttl_dns_cache=None, keepalive_timeout=60)
+    return aiohttp.ClientSession(connector=connector, read_bufsize=read_bufsize, timeout=aiohttp.ClientTimeout(total=None))
+
+
+class ApiClient:
+    """What every API shares: the streaming loop, the request queue and the after-level pass.
+
+    A subclass says what its body looks like (`body`), what a content chunk records (`_content`),
+    and how the last chunk and the collected text are read (`_finish_last`, `_collect_text`).
+    """
+
+    api: ClassVar[str]
+    path: ClassVar[str]
+    # OpenAI streams may carry chunks without text after the first token (the usage chunk): not content.
+    skip_empty_chunks: ClassVar[bool] = False
+
+    def __init__(self, base_url: str, *, model: str | None, length_control: str, temperature: float = 0.0):
+        if length_control not in LENGTH_CONTROLS:
+            raise ValueError(f"length_control {length_control!r}")
+        self.url = base_url.rstrip("/") + self.path
+        self.model = model
+        self.length_control = length_control
+        self.temperature = temperature
+
+    def body(self, prompt: str, n: int) -> bytes:
+        raise NotImplementedError
+
+    def _content(self, rec: Record, now: float, payload: bytes) -> None:
+        raise NotImplementedError
+
+    def _usage(self, rec: Record, payload: bytes) -> None:
+        """A chunk without text after the first token (only where skip_empty_chunks)."""
+
+    def _finish_last(self, rec: Record, data: dict, done: bool) -> None:
+        raise NotImplementedError
+
+    def _collect_text(self, rec: Record) -> None:
+        """After the level: the generated text, where it was not already read from the last chunk."""
+
+    async def send(self, session: aiohttp.ClientSession, body: bytes, rec: Record, timeout: aiohttp.ClientTimeout) -> Record:
+        """POST one streaming request and fill `rec`; never raises for a server or network fault."""
+        last = b""
+        done = False
+        skip_empty = self.skip_empty_chunks
+        content = self._content
+        rec.send = time.perf_counter()
+        try:
+            async with session.post(self.url, data=body, headers=JSON_HEADERS, timeout=timeout) as resp:
+                if resp.status != 200:
+                    detail = (await resp.text())[:300].strip().replace("\n", " ")
+                    rec.error = f"HTTP {resp.status} {resp.reason}: {detail}"
+                    rec.end = time.perf_counter()
+                    return rec
+                buf = b""
+                async for data in resp.content.iter_any():
+                    now = time.perf_counter()
+                    buf += data
+                    if b"\n" not in data:
                         continue
-                    payload = line[5:].strip()
-                    if payload == b"[DONE]":
-                        done = True
-                        continue
-                    if payload[:9] == b'{"error"':
-                        rec.error = f"server error in stream: {payload[:300].decode(errors='replace')}"
-                        continue
-                    last = payload
-                    if rec.first_token is None:
-                        if not _text_nonempty(payload):
+                    lines = buf.split(b"\n")
+                    buf = lines.pop()
+                    for line in lines:
+                        if line[:5] != b"data:":
                             continue
-                        rec.first_token = now
-                    elif is_openai and not _text_nonempty(payload):
-                        if b'"completion_tokens"' in payload:
-                            rec.server_tokens = _tokens(payload)
-                        continue
-                    chunks.append((now, None if is_openai else _tokens(payload)))
-                    if is_openai:
-                        rec.raw.append(payload)
-                        if b'"completion_tokens"' in payload:
-                            rec.server_tokens = _tokens(payload)
-            rec.end = time.perf_counter()  # the stream is complete: this is the request's completion
-    except asyncio.TimeoutError:
-        rec.end = time.perf_counter()
-        rec.error = f"timed out after {timeout.total:g} s (bench.request_timeout_s)"
+                        payload = line[5:].strip()
+                        if payload == b"[DONE]":
+                            done = True
+                            continue
+                        if payload[:9] == b'{"error"':
+                            rec.error = f"server error in stream: {payload[:300].decode(errors='replace')}"
+                            continue
+                        last = payload
+                        if rec.first_token is None:
+                            if not _text_nonempty(payload):
+                                continue
+                            rec.first_token = now
+                        elif skip_empty and not _text_nonempty(payload):
+                            self._usage(rec, payload)
+                            continue
+                        content(rec, now, payload)
+                rec.end = time.perf_counter()  # the stream is complete: this is the request's completion
+        except asyncio.TimeoutError:
+            rec.end = time.perf_counter()
+            rec.error = f"timed out after {timeout.total:g} s (bench.request_timeout_s)"
+            return rec
+        except aiohttp.ClientPayloadError as exc:
+            rec.end = time.perf_counter()
+            rec.error = f"connection dropped mid-stream ({exc})"
+            return rec
+        except aiohttp.ClientError as exc:
+            rec.end = time.perf_counter()
+            rec.error = f"{type(exc).__name__}: {exc}"
+            return rec
+        if rec.error is None:
+            self._parse_last(rec, last, done)
         return rec
-    except aiohttp.ClientPayloadError as exc:
-        rec.end = time.perf_counter()
-        rec.error = f"connection dropped mid-stream ({exc})"
-        return rec
-    except aiohttp.ClientError as exc:
-        rec.end = time.perf_counter()
-        rec.error = f"{type(exc).__name__}: {exc}"
-        return rec
-    if rec.error is None:
-        _finish_last(rec, api, last, done)
-    return rec
+
+    def _parse_last(self, rec: Record, last: bytes, done: bool) -> None:
+        """Parse the final chunk once."""
+        if not last:
+            rec.error = "the stream ended without any content"
+            return
+        try:
+            data = json.loads(last)
+        except json.JSONDecodeError:
+            rec.error = f"unparsable last chunk: {last[:200].decode(errors='replace')}"
+            return
+        self._finish_last(rec, data, done)
+
+    def finish_records(self, records: Sequence[Record], tokenizer=None) -> None:
+        """After the level (off the clock): the generated text, and the client's own token count."""
+        for rec in records:
+            self._collect_text(rec)
+            if tokenizer is not None and rec.ok:
+                rec.client_tokens = len(tokenizer.encode(rec.text, add_special_tokens=False))
+
+    async def run(
+        self,
+        session: aiohttp.ClientSession,
+        requests: Sequence[BenchRequest],
+        concurrency: int | None,
+        *,
+        timeout: aiohttp.ClientTimeout,
+        output_len: Callable[[BenchRequest], int] | None = None,
+        on_done: Callable[[Record], None] | None = None,
+    ) -> LevelRun:
+        """Send `requests` in order, at most `concurrency` in flight (None: all at once, like --request-rate inf)."""
+        n_of = output_len or (lambda r: r.output_len)
+        bodies = [self.body(r.prompt, n_of(r)) for r in requests]
+        records = [Record(r.index, r.line, r.prompt_len, n_of(r)) for r in requests]
+        workers = len(requests) if not concurrency else min(concurrency, len(requests))
+        queue = iter(range(len(requests)))
+
+        async def worker():
+            for i in queue:  # a shared iterator: the same FIFO order as bench_serving's semaphore
+                await self.send(session, bodies[i], records[i], timeout)
+                if on_done is not None:
+                    on_done(records[i])
+
+        # Full GC passes over a heap holding torch/transformers (~200k objects) cost ~20% of the client's
+        # CPU at Smax (measured: 1.27 -> 1.03 s per 2000 requests); freeze what exists before the level.
+        gc.freeze()
+        try:
+            await asyncio.gather(*(worker() for _ in range(workers)))
+        finally:
+            gc.unfreeze()
+        start = min(r.send for r in records)
+        end = max((r.end or r.send) for r in records)
+        return LevelRun(records, start, end)
 
 
-def _finish_last(rec: Record, api: str, last: bytes, done: bool) -> None:
-    """Parse the final chunk once: text and server counts (SGLang), finish reason (OpenAI)."""
-    if not last:
-        rec.error = "the stream ended without any content"
-        return
-    try:
-        data = json.loads(last)
-    except json.JSONDecodeError:
-        rec.error = f"unparsable last chunk: {last[:200].decode(errors='replace')}"
-        return
-    if api == "sglang":
-        rec.text = data.get("text", "")
+class SGLangClient(ApiClient):
+    """SGLang native: text in, `sampling_params`, one cumulative text and meta_info per chunk."""
+
+    api = "sglang"
+    path = "/generate"
+
+    def body(self, prompt: str, n: int) -> bytes:
+        sampling = {"temperature": self.temperature, "max_new_tokens": n}
+        if self.length_control == "ignore_eos":
+            sampling["ignore_eos"] = True
+        body = {"text": prompt, "sampling_params": sampling, "stream": True}
+        if self.length_control == "generation_config":
+            body["generation_config"] = _generation_config(n)
+        return json.dumps(body, ensure_ascii=False).encode()
+
+    def _content(self, rec: Record, now: float, payload: bytes) -> None:
+        rec.chunks.append((now, _tokens(payload)))
+
+    def _finish_last(self, rec: Record, data: dict, done: bool) -> None:
+        rec.text = data.get("text", "")  # cumulative: the last chunk holds the whole answer
         meta = data.get("meta_info") or {}
         rec.server_tokens = meta.get("completion_tokens", rec.server_tokens)
         rec.server_prompt_tokens = meta.get("prompt_tokens")
         if not done:
             rec.error = "the stream ended before [DONE] (connection dropped?)"
-    else:
+
+
+class OpenAIClient(ApiClient):
+    """OpenAI completions: text deltas per chunk, `usage` on the last one."""
+
+    api = "openai"
+    path = "/v1/completions"
+    skip_empty_chunks = True
+
+    def body(self, prompt: str, n: int) -> bytes:
+        body = {"model": self.model, "prompt": prompt, "temperature": self.temperature, "max_tokens": n, "stream": True}
+        if self.length_control == "ignore_eos":
+            body["ignore_eos"] = True
+        else:
+            body["generation_config"] = _generation_config(n)
+        return json.dumps(body, ensure_ascii=False).encode()
+
+    def _usage(self, rec: Record, payload: bytes) -> None:
+        if b'"completion_tokens"' in payload:
+            rec.server_tokens = _tokens(payload)
+
+    def _content(self, rec: Record, now: float, payload: bytes) -> None:
+        rec.chunks.append((now, None))
+        rec.raw.append(payload)
+        self._usage(rec, payload)
+
+    def _finish_last(self, rec: Record, data: dict, done: bool) -> None:
         usage = data.get("usage") or {}
         if usage:
             rec.server_tokens = usage.get("completion_tokens", rec.server_tokens)
@@ -188,77 +302,25 @@ def _finish_last(rec: Record, api: str, last: bytes, done: bool) -> None:
         if not done and not choices[0].get("finish_reason"):
             rec.error = "the stream ended without [DONE] or a finish_reason (connection dropped?)"
 
-
-def finish_records(records: Sequence[Record], api: str, tokenizer=None) -> None:
-    """After the level (off the clock): OpenAI text from its chunks, and the client's own token count."""
-    for rec in records:
-        if api == "openai" and rec.raw:
-            parts = []
-            for payload in rec.raw:
-                try:
-                    parts.append((json.loads(payload).get("choices") or [{}])[0].get("text") or "")
-                except json.JSONDecodeError:
-                    pass
-            rec.text = "".join(parts)
-            rec.raw = []
-        if tokenizer is not None and rec.ok:
-            rec.client_tokens = len(tokenizer.encode(rec.text, add_special_tokens=False))
+    def _collect_text(self, rec: Record) -> None:
+        if not rec.raw:
+            return
+        parts = []
+        for payload in rec.raw:
+            try:
+                parts.append((json.loads(payload).get("choices") or [{}])[0].get("text") or "")
+            except json.JSONDecodeError:
+                pass
+        rec.text = "".join(parts)
+        rec.raw = []
 
 
-@dataclass
-class LevelRun:
-    records: list[Record]
-    start: float  # first send
-    end: float  # last completion
-
-    @property
-    def duration(self) -> float:
-        return self.end - self.start
+CLIENTS: dict[str, type[ApiClient]] = {c.api: c for c in (SGLangClient, OpenAIClient)}
+APIS = tuple(CLIENTS)
 
 
-def make_session(connections: int, read_bufsize: int = 1 << 20) -> aiohttp.ClientSession:
-    connector = aiohttp.TCPConnector(limit=max(1, connections), limit_per_host=0, ttl_dns_cache=None, keepalive_timeout=60)
-    return aiohttp.ClientSession(connector=connector, read_bufsize=read_bufsize, timeout=aiohttp.ClientTimeout(total=None))
-
-
-async def run_requests(
-    session: aiohttp.ClientSession,
-    base_url: str,
-    api: str,
-    requests: Sequence[BenchRequest],
-    concurrency: int | None,
-    *,
-    model: str | None,
-    length_control: str,
-    timeout: aiohttp.ClientTimeout,
-    temperature: float = 0.0,
-    output_len: Callable[[BenchRequest], int] | None = None,
-    on_done: Callable[[Record], None] | None = None,
-) -> LevelRun:
-    """Send `requests` in order, at most `concurrency` in flight (None: all at once, like --request-rate inf)."""
-    url = base_url.rstrip("/") + PATHS[api]
-    n_of = output_len or (lambda r: r.output_len)
-    bodies = [
-        request_body(api, r.prompt, n_of(r), model=model, length_control=length_control, temperature=temperature)
-        for r in requests
-    ]
-    records = [Record(r.index, r.line, r.prompt_len, n_of(r)) for r in requests]
-    workers = len(requests) if not concurrency else min(concurrency, len(requests))
-    queue = iter(range(len(requests)))
-
-    async def worker():
-        for i in queue:  # a shared iterator: the same FIFO order as bench_serving's semaphore
-            await send_one(session, url, api, bodies[i], records[i], timeout)
-            if on_done is not None:
-                on_done(records[i])
-
-    # Full GC passes over a heap holding torch/transformers (~200k objects) cost ~20% of the client's
-    # CPU at Smax (measured: 1.27 -> 1.03 s per 2000 requests); freeze what exists before the level.
-    gc.freeze()
-    try:
-        await asyncio.gather(*(worker() for _ in range(workers)))
-    finally:
-        gc.unfreeze()
-    start = min(r.send for r in records)
-    end = max((r.end or r.send) for r in records)
-    return LevelRun(records, start, end)
+def client_for(api: str, base_url: str, **kwargs) -> ApiClient:
+    """The client of `api` (sglang | openai)."""
+    if api not in CLIENTS:
+        raise ValueError(f"unknown api {api!r}")
+    return CLIENTS[api](base_url, **kwargs)

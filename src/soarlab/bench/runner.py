@@ -10,172 +10,152 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Sequence
 
 import aiohttp
 
-from soarlab.bench import client as bc
-from soarlab.bench.metrics import check, diagnostics, repeats_summary
+from soarlab.bench.client import ApiClient, LevelRun, Record, client_for, make_session
+from soarlab.bench.metrics import PER_REQUEST, Diagnostics, Spread, check
 from soarlab.bench.requests import BenchRequest
+from soarlab.bench.results import LevelReport, Method, RunReport, ServerInfo, SpeedSetInfo, Warmup
+from soarlab.engines.server import Server
 from soarlab.errors import SoarError
 
 
-@dataclass
-class Target:
-    """A running server: base URL, API (sglang | openai), OpenAI model field, length support, cache flush."""
-
-    base_url: str
-    api: str
-    model: str | None = None
-    supports_ignore_eos: bool = True
-    flush_cache: Callable[[], bool] | None = None  # None: POST /flush_cache where the API is sglang
-    notes: list = field(default_factory=list)
-
-
-def resolve_length_control(target: Target, setting: str) -> str:
+def resolve_length_control(server: Server, setting: str) -> str:
     if setting in ("ignore_eos", "generation_config"):
         return setting
     if setting != "auto":
         raise SoarError(f"bench.length_control is {setting!r}", "use auto, ignore_eos or generation_config")
-    if target.api == "sglang" or target.supports_ignore_eos:
-        return "ignore_eos"
-    return "generation_config"
+    return "ignore_eos" if server.api == "sglang" or server.supports_ignore_eos else "generation_config"
 
 
-async def _flush(session: aiohttp.ClientSession, target: Target) -> str:
-    if target.flush_cache is not None:
-        ok = await asyncio.get_running_loop().run_in_executor(None, target.flush_cache)
-        return "flushed" if ok else "not supported by this engine"
-    if target.api != "sglang":
-        return "not supported by an OpenAI-API server"
-    try:
-        async with session.post(target.base_url.rstrip("/") + "/flush_cache", timeout=aiohttp.ClientTimeout(total=60)) as r:
-            return "flushed" if r.status == 200 else f"failed (HTTP {r.status})"
-    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-        return f"failed ({type(exc).__name__})"
+async def _flush(server: Server) -> str:
+    """Server.flush_cache, off the event loop; the state the run report records."""
+    if not server.has_flush_cache:
+        return "not supported by this engine"
+    ok = await asyncio.get_running_loop().run_in_executor(None, server.flush_cache)
+    return "flushed" if ok else "failed (POST /flush_cache did not answer 200)"
 
 
-def record_row(rec: bc.Record, level: str, repeat: int, t0: float) -> dict:
+def record_row(rec: Record, level: str, repeat: int, t0: float) -> dict:
+    """One line of <level>.requests.jsonl: times relative to the run's first send, in seconds."""
     rel = lambda t: None if t is None else round(t - t0, 6)  # noqa: E731
-    return {
+    row = {
         "level": level, "repeat": repeat, "index": rec.index, "line": rec.line,
         "prompt_tokens": rec.prompt_len, "output_tokens_asked": rec.output_len,
         "server_output_tokens": rec.server_tokens, "client_output_tokens": rec.client_tokens,
         "server_prompt_tokens": rec.server_prompt_tokens, "chunks": len(rec.chunks),
         "send_s": rel(rec.send), "first_token_s": rel(rec.first_token), "end_s": rel(rec.end),
-        "ttft_s": None if rec.first_token is None else rec.first_token - rec.send,
-        "latency_s": None if rec.end is None else rec.end - rec.send,
-        "error": rec.error,
     }
+    for metric in PER_REQUEST:  # ttft_s, latency_s: the table's per-request figures
+        samples = metric.value(rec)
+        row[metric.column] = samples[0] if samples else None
+    row["error"] = rec.error
+    return row
 
 
-async def _run_level_async(target, requests, level, concurrency, bench, tokenizer, length_control, progress):
+async def _run_level_async(server: Server, client: ApiClient, requests, level, concurrency, bench, tokenizer, progress):
     timeout = aiohttp.ClientTimeout(total=float(bench.request_timeout_s), sock_connect=float(bench.connect_timeout_s))
     connections = len(requests) if not concurrency else min(concurrency, len(requests))
-    runs, rows = [], []
-    warmup: dict = {}
-    async with bc.make_session(connections) as session:
+    runs: list[tuple[LevelRun, str]] = []
+    rows: list[dict] = []
+    warmup = None
+    async with make_session(connections) as session:
         # Warm-up: the first row, output capped (bench_serving: min(output_len, 32)); never counted.
         n_warm = int(bench.warmup_requests)
         if n_warm > 0:
             cap = int(bench.warmup_max_tokens)
             first = requests[0]
-            warm = await bc.run_requests(
-                session, target.base_url, target.api, [first] * n_warm, None, model=target.model,
-                length_control=length_control, timeout=timeout, temperature=float(bench.temperature),
-                output_len=lambda r: min(r.output_len, cap),
-            )
-            bc.finish_records(warm.records, target.api)
+            warm = await client.run(session, [first] * n_warm, None, timeout=timeout,
+                                    output_len=lambda r: min(r.output_len, cap))
+            client.finish_records(warm.records)
             ok = [r for r in warm.records if r.ok]
-            warmup = {"requests": n_warm, "output_tokens": min(first.output_len, cap), "ok": len(ok),
-                      "error": None if ok else warm.records[0].error}
+            warmup = Warmup(n_warm, min(first.output_len, cap), len(ok), None if ok else warm.records[0].error)
             if not ok:
                 return runs, rows, warmup
         for repeat in range(int(bench.repeats)):
-            flush = await _flush(session, target) if bench.flush_cache else "off (bench.flush_cache)"
+            flush = await _flush(server) if bench.flush_cache else "off (bench.flush_cache)"
             await asyncio.sleep(float(bench.pause_after_flush_s))
             bar = None
             if progress:
                 from tqdm import tqdm
 
                 bar = tqdm(total=len(requests), desc=f"{level} run {repeat + 1}/{bench.repeats}", unit="req", leave=False)
-            run = await bc.run_requests(
-                session, target.base_url, target.api, requests, concurrency, model=target.model,
-                length_control=length_control, timeout=timeout, temperature=float(bench.temperature),
-                on_done=(lambda _r: bar.update(1)) if bar is not None else None,
-            )
+            run = await client.run(session, requests, concurrency, timeout=timeout,
+                                   on_done=(lambda _r: bar.update(1)) if bar is not None else None)
             if bar is not None:
                 bar.close()
             runs.append((run, flush))
     for repeat, (run, _flush_state) in enumerate(runs):
-        bc.finish_records(run.records, target.api, tokenizer)
+        client.finish_records(run.records, tokenizer)
         rows.extend(record_row(r, level, repeat, run.start) for r in run.records)
     return runs, rows, warmup
 
 
 def run_level(
-    target: Target,
+    server: Server,
     requests: Sequence[BenchRequest],
     level: str,
     concurrency: int | None,
     bench,
     tokenizer=None,
-    dataset_info: dict | None = None,
-) -> tuple[dict, list[dict]]:
+    dataset: SpeedSetInfo | None = None,
+) -> tuple[LevelReport, list[dict]]:
     """Run one level (bench.repeats times). Returns (the level report, the per-request rows)."""
     if not requests:
         raise SoarError("no requests to send (the dataset is empty after dropping short rows)", "use a speed set with longer rows")
-    length_control = resolve_length_control(target, str(bench.length_control))
+    length_control = resolve_length_control(server, str(bench.length_control))
+    client = client_for(server.api, server.base_url, model=server.model, length_control=length_control,
+                        temperature=float(bench.temperature))
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     t_wall = time.perf_counter()
     runs, rows, warmup = asyncio.run(
-        _run_level_async(target, list(requests), level, concurrency, bench, tokenizer, length_control, bool(bench.progress))
+        _run_level_async(server, client, list(requests), level, concurrency, bench, tokenizer, bool(bench.progress))
     )
-    per_run, reasons = [], []
+    per_run: list[RunReport] = []
+    reasons: list[str] = []
     for i, (run, flush) in enumerate(runs):
         why = check(run.records)
         reasons.extend(f"run {i + 1}: {w}" for w in why)
-        per_run.append({"repeat": i, "duration_s": run.duration, "valid": not why, "cache_flush": flush,
-                        "diagnostics": diagnostics(run.records, run.duration)})
-    if warmup and not warmup["ok"]:
-        reasons.insert(0, f"warm-up request failed, level not run: {warmup['error']}")
-    durations = [r["duration_s"] for r in per_run]
-    spread = repeats_summary(durations)
+        per_run.append(RunReport(i, run.duration, not why, flush, Diagnostics.measure(run.records, run.duration)))
+    if warmup is not None and not warmup.ok:
+        reasons.insert(0, f"warm-up request failed, level not run: {warmup.error}")
+    durations = [r.duration_s for r in per_run]
+    spread = Spread.of(durations)
     valid = bool(per_run) and not reasons
-    median_run = sorted(per_run, key=lambda r: r["duration_s"])[(len(per_run) - 1) // 2] if per_run else None
-    notes = list(target.notes)
+    median_run = sorted(per_run, key=lambda r: r.duration_s)[(len(per_run) - 1) // 2] if per_run else None
+    notes = []
     if length_control == "generation_config":
         notes.append(
             "output length enforced with the request field generation_config "
             "{min_new_tokens: n, max_new_tokens: n} (this engine lacks ignore_eos), not sampling_params.ignore_eos"
         )
-    report = {
-        "level": level,
-        "max_concurrency": concurrency,
-        "valid": valid,
-        "invalid_reasons": reasons,
-        "duration_s": spread["median_s"] if valid else None,
-        "measured_duration_s": spread["median_s"],
-        "durations_s": durations,
-        "spread_s": spread["spread_s"],
-        "spread_pct": spread["spread_pct"],
-        "repeats": int(bench.repeats),
-        "requests": len(requests),
-        "diagnostics": median_run["diagnostics"] if median_run else None,
-        "runs": per_run,
-        "warmup": warmup,
-        "server": {"url": target.base_url, "api": target.api, "model": target.model},
-        "method": {
-            "endpoint": bc.PATHS[target.api], "stream": True, "temperature": float(bench.temperature),
-            "length_control": length_control, "seed": int(bench.seed),
-            "apply_chat_template": bool(bench.apply_chat_template), "min_tokens": int(bench.min_tokens),
-            "flush_cache": bool(bench.flush_cache), "pause_after_flush_s": float(bench.pause_after_flush_s),
-            "request_timeout_s": float(bench.request_timeout_s),
-        },
-        "dataset": dataset_info or {},
-        "notes": notes,
-        "started": started,
-        "wall_s": time.perf_counter() - t_wall,
-    }
+    report = LevelReport(
+        level=level,
+        max_concurrency=concurrency,
+        valid=valid,
+        invalid_reasons=reasons,
+        duration_s=spread.median_s if valid else None,
+        measured_duration_s=spread.median_s,
+        durations_s=durations,
+        spread_s=spread.spread_s,
+        spread_pct=spread.spread_pct,
+        repeats=int(bench.repeats),
+        requests=len(requests),
+        diagnostics=median_run.diagnostics if median_run else None,
+        runs=per_run,
+        warmup=warmup,
+        server=ServerInfo(server.base_url, server.api, server.model),
+        method=Method(
+            endpoint=client.path, stream=True, temperature=float(bench.temperature), length_control=length_control,
+            seed=int(bench.seed), apply_chat_template=bool(bench.apply_chat_template), min_tokens=int(bench.min_tokens),
+            flush_cache=bool(bench.flush_cache), pause_after_flush_s=float(bench.pause_after_flush_s),
+            request_timeout_s=float(bench.request_timeout_s),
+        ),
+        dataset=dataset,
+        notes=notes,
+        started=started,
+        wall_s=time.perf_counter() - t_wall,
+    )
     return report, rows

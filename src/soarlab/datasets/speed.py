@@ -16,9 +16,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from soarlab.domain import CORPUS_PATH
 from soarlab.errors import SoarError
 
-CORPUS = Path(__file__).resolve().parents[1] / "tiny" / "corpus.txt"
 _MAX_FIX_STEPS = 12
 
 
@@ -94,7 +94,7 @@ def make_speed_set(
     if num_requests < 1:
         raise SoarError(f"num_requests must be at least 1 (got {num_requests})", "ask for one or more requests")
     prof = check_profile(profile)
-    cutter = _TokenText(tokenizer, corpus if corpus is not None else CORPUS.read_text(encoding="utf-8"))
+    cutter = _TokenText(tokenizer, corpus if corpus is not None else CORPUS_PATH.read_text(encoding="utf-8"))
     rng = random.Random(seed)
     weights = [float(c.get("weight", 1.0)) for c in prof["mix"]]
     rows = []

@@ -13,33 +13,39 @@ from typing import Any
 
 @dataclass
 class Server:
-    """A running server, ready for requests.
+    """A running server, ready for requests: what the engines start and the benchmark and accuracy talk to.
 
     api: "sglang" (native `POST /generate`, streaming, `POST /flush_cache`) or
     "openai" (`/v1/completions`, `/v1/chat/completions`).
-    supports_ignore_eos: whether `ignore_eos` may be sent; transformers serve rejects unknown
-    fields, so there exact lengths are asked with a `generation_config` JSON string instead
-    (see conf/engine/transformers.yaml).
+    model: the OpenAI `model` field (None: not needed, as for SGLang's native API).
+    supports_ignore_eos: whether `ignore_eos` may be sent (None: as the api says); transformers serve
+    rejects unknown fields, so there exact lengths are asked with a `generation_config` JSON string
+    instead (see conf/engine/transformers.yaml).
     has_flush_cache: None means "as the api says" (sglang has /flush_cache, openai servers do not).
     """
 
     base_url: str
     api: str
-    model: str
-    supports_ignore_eos: bool
+    model: str | None = None
+    supports_ignore_eos: bool | None = None
     has_flush_cache: bool | None = None
     log_path: Path | None = None
 
     def __post_init__(self) -> None:
         self.base_url = self.base_url.rstrip("/")
+        if self.supports_ignore_eos is None:
+            self.supports_ignore_eos = self.api == "sglang"
         if self.has_flush_cache is None:
             self.has_flush_cache = self.api == "sglang"
 
     def flush_cache(self) -> bool:
-        """POST /flush_cache where the engine has one. True if the server said yes; False otherwise."""
+        """POST /flush_cache where the engine has one. True if the server said yes; False otherwise.
+
+        The one cache-flush path: the benchmark calls it before every timed run (bench.flush_cache).
+        """
         if not self.has_flush_cache:
             return False
-        status, _ = http_request(f"{self.base_url}/flush_cache", method="POST", timeout=30)
+        status, _ = http_request(f"{self.base_url}/flush_cache", method="POST", timeout=60)
         return status == 200
 
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 from typing import Mapping, Sequence
 
+from soarlab.domain import LEVELS
 from soarlab.errors import SoarError
 
-LEVELS = ("S1", "S8", "Smax")
+_LEVELS_TEXT = ", ".join(LEVELS)
+_LEVELS_FORMAT = ",".join(f"{level}=SECONDS" for level in LEVELS)
 
 
 def normalized_accuracy(ori: float, baseline: float, cap: float) -> float:
@@ -31,7 +33,7 @@ def speed_scores(durations: Mapping[str, float], best: Mapping[str, float], scal
     for level in LEVELS:
         for name, table in (("duration", durations), ("best duration", best)):
             if not table.get(level) or table[level] <= 0:
-                raise SoarError(f"{name} of {level} is missing or not positive", "give a positive number of seconds for S1, S8 and Smax")
+                raise SoarError(f"{name} of {level} is missing or not positive", f"give a positive number of seconds for {_LEVELS_TEXT}")
     return {level: scale * best[level] / durations[level] for level in LEVELS}
 
 
@@ -58,10 +60,10 @@ def parse_levels(text: str) -> dict[str, float]:
         pairs = dict(item.split("=", 1) for item in text.split(",") if item.strip())
         values = {key.strip(): float(value) for key, value in pairs.items()}
     except ValueError:
-        raise SoarError(f"cannot read levels from {text!r}", "write them as S1=SECONDS,S8=SECONDS,Smax=SECONDS") from None
+        raise SoarError(f"cannot read levels from {text!r}", f"write them as {_LEVELS_FORMAT}") from None
     unknown = set(values) - set(LEVELS)
     if unknown or len(values) != len(LEVELS):
-        raise SoarError(f"levels in {text!r} must be exactly S1, S8 and Smax", "write them as S1=SECONDS,S8=SECONDS,Smax=SECONDS")
+        raise SoarError(f"levels in {text!r} must be exactly {_LEVELS_TEXT}", f"write them as {_LEVELS_FORMAT}")
     return values
 
 

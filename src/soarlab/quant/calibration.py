@@ -12,15 +12,15 @@ import json
 import random
 from pathlib import Path
 
+from soarlab.domain import CORPUS_PATH
 from soarlab.errors import SoarError
 
-CORPUS = Path(__file__).resolve().parents[1] / "tiny" / "corpus.txt"
 _TEXT_KEYS = ("text", "question", "prompt", "input")
 
 
 def _texts(source: str, root: Path | None) -> list[str]:
     if source == "corpus":
-        return [p for p in CORPUS.read_text().split("\n\n") if p.strip()]
+        return [p for p in CORPUS_PATH.read_text().split("\n\n") if p.strip()]
     path = Path(source)
     if not path.is_absolute() and root is not None:
         path = root / path

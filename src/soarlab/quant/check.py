@@ -21,12 +21,12 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
+from soarlab.domain import GPTQ_V1, LAYER_RE, gptq_format_version
 from soarlab.errors import SoarError
 from soarlab.quant.definition import LAYER_LINEARS
 
 MARLIN_BITS = (4, 8)
 MARLIN_MIN_K, MARLIN_MIN_N = 128, 64  # gptq_marlin tile sizes: in_features % 128, out_features % 64
-_LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 
 
 def dynamic_override(dynamic: dict | None, name: str):
@@ -93,10 +93,10 @@ def check_checkpoint(model_dir: str | Path, exclude: Iterable[str]) -> list[str]
             problems.append(f"quantization_config.bits is {bits!r}; gptq_marlin serves 4 or 8")
         if qc.get("sym") is not True:
             problems.append(f"quantization_config.sym is {qc.get('sym')!r}: gptq_marlin requires symmetric quantization")
-        fmt = qc.get("checkpoint_format", qc.get("format", "gptq"))
-        if fmt != "gptq":
+        fmt = qc.get("checkpoint_format", qc.get("format", GPTQ_V1))
+        if fmt != GPTQ_V1:
             problems.append(f"quantization_config.checkpoint_format is {fmt!r}; SGLang reads GPTQ v1 (`gptq`) zero points")
-            fmt_version = 2 if fmt == "gptq_v2" else 1
+            fmt_version = gptq_format_version(fmt)
         dynamic = qc.get("dynamic") or {}
         for key, override in dynamic.items():
             if not (key.startswith("+:") or key.startswith("-:")):
@@ -142,7 +142,7 @@ def check_checkpoint(model_dir: str | Path, exclude: Iterable[str]) -> list[str]
         if any(p.fullmatch(name) for p in exclude):
             problems.append(f"{name} is quantized but must stay unquantized (quant.exclude)")
     linears = sorted(k[: -len(".weight")] for k in tensors
-                     if k.endswith(".weight") and (m := _LAYER_RE.match(k[: -len('.weight')])) and m.group(2) in LAYER_LINEARS)
+                     if k.endswith(".weight") and (m := LAYER_RE.match(k[: -len('.weight')])) and m.group(2) in LAYER_LINEARS)
     if quantized:
         for name in linears:
             if dynamic_override(dynamic, name) is not False:
@@ -166,7 +166,7 @@ def check_checkpoint(model_dir: str | Path, exclude: Iterable[str]) -> list[str]
         in_f, out_f = qweight.shape[0] * 32 // b, qweight.shape[1]
         gs = in_f if g in (-1, None) else g
         groups = -(-in_f // gs)
-        m = _LAYER_RE.match(name)
+        m = LAYER_RE.match(name)
         exp_in, exp_out = _expected_dims(m.group(2), config) if m else (None, None)
         if (exp_in and exp_in != in_f) or (exp_out and exp_out != out_f):
             problems.append(f"{name}: qweight {tuple(qweight.shape)} at {b} bits means [{in_f} in, {out_f} out], config.json says [{exp_in} in, {exp_out} out] (wrong bits recorded?)")

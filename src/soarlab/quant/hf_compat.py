@@ -26,6 +26,7 @@ import ast
 import json
 from pathlib import Path
 
+from soarlab.domain import GPTQ_V1
 from soarlab.errors import SoarError
 
 _patched = False
@@ -117,7 +118,7 @@ def enable_dynamic() -> None:
 
     def hf_convert_v1_to_v2(model, bits, qlinear_kernel, checkpoint_format, meta):
         # Per-module bits (the stock helper applies one global bits to every module).
-        if checkpoint_format != "gptq":
+        if checkpoint_format != GPTQ_V1:
             return model, False
         return convert_gptq_v1_to_v2_format(model, QuantizeConfig(bits=bits), qlinear_kernel), True
 

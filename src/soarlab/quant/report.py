@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from soarlab.domain import GPTQ_V1, gptq_format_version
+
 
 def dir_size(path: str | Path, pattern: str = "*.safetensors") -> int:
     return sum(p.stat().st_size for p in Path(path).glob(pattern))
@@ -33,7 +35,7 @@ def _quantized_tensors(qdir: Path) -> dict[str, Path]:
 
 
 def reconstruction_errors(base_dir: Path, qdir: Path, bits: dict[str, int], samples: list[dict],
-                          checkpoint_format: str = "gptq") -> dict[str, dict[str, float]]:
+                          checkpoint_format: str = GPTQ_V1) -> dict[str, dict[str, float]]:
     """Module -> {rel_output_error, rel_weight_error} on `samples` (input_ids windows)."""
     from safetensors import safe_open
     from tqdm import tqdm
@@ -49,7 +51,7 @@ def reconstruction_errors(base_dir: Path, qdir: Path, bits: dict[str, int], samp
     files = _quantized_tensors(qdir)
     stats: dict[str, list[float]] = {}
     wq_cache: dict[str, torch.Tensor] = {}
-    version = 2 if checkpoint_format == "gptq_v2" else 1
+    version = gptq_format_version(checkpoint_format)
 
     def dequant(name: str) -> torch.Tensor:
         if name not in wq_cache:

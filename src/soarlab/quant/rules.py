@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from soarlab.domain import LAYER_RE
 from soarlab.errors import SoarError
 from soarlab.quant.definition import FUSED_GROUPS, LAYER_LINEARS
 
 KEEP = "keep"
-_LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 
 
 @dataclass
@@ -82,7 +82,7 @@ def inventory(model_dir: str | Path) -> list[Module]:
         if not key.endswith(".weight") or len(shape) != 2:
             continue
         name = key[: -len(".weight")]
-        m = _LAYER_RE.match(name)
+        m = LAYER_RE.match(name)
         layer = int(m.group(1)) if m else None
         leaf = m.group(2) if m else name
         mixer = mixers[layer] if m and layer < len(mixers) else None

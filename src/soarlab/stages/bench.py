@@ -17,7 +17,7 @@ def run(cfg) -> None:
     from soarlab.atomic import atomic_dir
     from soarlab.bench.cli import prepare
     from soarlab.bench.report import write_level, write_summary
-    from soarlab.bench.runner import Target, run_level
+    from soarlab.bench.runner import run_level
     from soarlab.datasets.speed import load_tokenizer
 
     try:
@@ -37,13 +37,9 @@ def run(cfg) -> None:
     out = Path(cfg.paths.reports) / "bench"
     with atomic_dir(out) as tmp:
         with open_engine(cfg, model_dir, Path(cfg.paths.reports) / "logs" / "bench-server.log") as server:
-            target = Target(
-                server.base_url, server.api, model=server.model,
-                supports_ignore_eos=bool(server.supports_ignore_eos), flush_cache=server.flush_cache,
-            )
             for level, concurrency in bench.levels.items():
-                report, rows = run_level(target, requests, level, concurrency, bench, tokenizer, info)
+                report, rows = run_level(server, requests, level, concurrency, bench, tokenizer, info)
                 write_level(tmp, report, rows)
-                state = f"{report['duration_s']:.2f} s" if report["valid"] else "INVALID: " + " | ".join(report["invalid_reasons"])
+                state = f"{report.duration_s:.2f} s" if report.valid else "INVALID: " + " | ".join(report.invalid_reasons)
                 print(f"bench {level}: {state}")
         write_summary(tmp, list(bench.levels), make_plot=bool(bench.plot))

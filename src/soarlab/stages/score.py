@@ -13,7 +13,9 @@ from omegaconf import DictConfig
 
 from soarlab.atomic import write_json
 from soarlab.errors import SoarError
-from soarlab.metrics.scoring import LEVELS, final_score
+from soarlab.bench.metrics import level_key
+from soarlab.domain import LEVELS
+from soarlab.metrics.scoring import final_score
 from soarlab.paths import project_root
 
 
@@ -37,9 +39,9 @@ def run(cfg: DictConfig) -> None:
     reports = root / cfg.paths.reports
     bench = _read(reports / "bench" / "metrics.json")
     accuracy = _read(reports / "accuracy" / "metrics.json")
-    durations = {level: bench.get(f"{level}_duration_s") for level in LEVELS}
-    invalid = [level for level in LEVELS if not durations[level] or not bench.get(f"{level}_valid", 1)]
-    base = {f"{level}_duration_s": durations[level] for level in LEVELS}
+    durations = {level: bench.get(level_key(level, "duration_s")) for level in LEVELS}
+    invalid = [level for level in LEVELS if not durations[level] or not bench.get(level_key(level, "valid"), 1)]
+    base = {level_key(level, "duration_s"): durations[level] for level in LEVELS}
     if invalid:
         # An invalid level is reported, never scored (RULES.md 2: failed or short requests).
         result = {**base, "valid": 0, "invalid_levels": invalid, "final": None}

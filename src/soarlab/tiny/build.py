@@ -16,11 +16,9 @@ from pathlib import Path
 from typing import Sequence
 
 from soarlab.atomic import atomic_dir
+from soarlab.domain import CORPUS_PATH
 
 HERE = Path(__file__).parent
-# About 150 KB of real English prose: the start of CPython 3.11's pydoc topics (the language
-# reference), under the PSF License. Also the text of generated speed sets and calibration data.
-CORPUS = HERE / "corpus.txt"
 REMOTE_CODE = HERE / "remote"
 # Same layout as the real vocabulary: 0 unk, 1 bos, 2 eos; the chat end token is the second EOS.
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
@@ -70,7 +68,7 @@ def _train_tokenizer(vocab_size: int):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(CORPUS.read_text().split("\n\n"), trainer=trainer)
+    tok.train_from_iterator(CORPUS_PATH.read_text().split("\n\n"), trainer=trainer)
     # Like the real tokenizer, encode() adds BOS by default (bench counts it: RULES.md 2).
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", 1)])
     return PreTrainedTokenizerFast(
