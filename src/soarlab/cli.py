@@ -4,8 +4,12 @@ so `soarlab --help` and light commands start without loading torch."""
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
+import signal
 import sys
+import traceback
 
 from soarlab.errors import SoarError
 
@@ -20,6 +24,7 @@ def _handler(target: str):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="soarlab", description=__doc__)
+    parser.add_argument("--debug", action="store_true", help="print the traceback of an error (or SOARLAB_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("stage", help="run one pipeline stage with params.yaml (what dvc.yaml calls)")
@@ -78,16 +83,60 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP, raised where the program is, so that `finally` blocks stop our servers."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_terminated(signum, _frame):
+    raise Terminated(signum)
+
+
+_OS_ERROR_FIXES = {
+    errno.ENOSPC: "free space on that file system (`df -h` shows how much is left), or write elsewhere",
+    errno.EDQUOT: "free space within your disk quota, or write elsewhere",
+    errno.EROFS: "the file system is mounted read-only: run from a writable checkout",
+    errno.EACCES: "make it writable for you (`ls -ld` shows the owner and mode; `chmod u+w` on your files)",
+    errno.EPERM: "make it writable for you (`ls -ld` shows the owner and mode; `chmod u+w` on your files)",
+}
+
+
+def os_error_line(exc: OSError) -> str:
+    """An OS error as `<problem>. Fix: <fix>`, the file it hit named."""
+    where = " ".join(f"'{name}'" for name in (exc.filename, exc.filename2) if name)
+    problem = f"{exc.strerror or exc}" + (f": {where}" if where else "")
+    fix = _OS_ERROR_FIXES.get(exc.errno, "check that path and the machine's resources, or rerun with --debug")
+    return f"{problem}. Fix: {fix}"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    debug = args.debug or os.environ.get("SOARLAB_DEBUG", "") not in ("", "0")
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _raise_terminated)
     try:
         return args.run(args) or 0
     except SoarError as exc:
-        print(f"soarlab: error: {exc}", file=sys.stderr)
-        return 2
+        line, code = str(exc), 2
     except KeyboardInterrupt:
         print("soarlab: interrupted", file=sys.stderr)
         return 130
+    except Terminated as exc:
+        print(f"soarlab: stopped by {exc}", file=sys.stderr)
+        return 128 + exc.signum
+    except OSError as exc:
+        line, code = os_error_line(exc), 1
+    except Exception as exc:  # noqa: BLE001 - the last resort: one line, the traceback on request
+        line = f"unexpected {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}. " \
+               "Fix: rerun with --debug (or SOARLAB_DEBUG=1) for the traceback, and report it"
+        code = 1
+    if debug:
+        traceback.print_exc()
+    print(f"soarlab: error: {line}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -73,5 +73,9 @@ def write_params_cli(args) -> int:
     """`soarlab params`: regenerate params.yaml, the file `dvc repro` reads."""
     from soarlab.atomic import write_text
 
-    write_text(args.output, to_yaml(compose(args.overrides)))
+    from soarlab.engines.common import endpoint
+
+    cfg = compose(args.overrides)
+    endpoint(cfg)  # engine.port and timeouts checked before any stage runs (until the config schema does it)
+    write_text(args.output, to_yaml(cfg))
     return 0

@@ -72,6 +72,7 @@ def record_row(rec: bc.Record, level: str, repeat: int, t0: float) -> dict:
 
 async def _run_level_async(target, requests, level, concurrency, bench, tokenizer, length_control, progress):
     timeout = aiohttp.ClientTimeout(total=float(bench.request_timeout_s), sock_connect=float(bench.connect_timeout_s))
+    deadline = float(bench.level_timeout_s) if bench.level_timeout_s else None  # null: no bound
     connections = len(requests) if not concurrency else min(concurrency, len(requests))
     runs, rows = [], []
     warmup: dict = {}
@@ -84,7 +85,7 @@ async def _run_level_async(target, requests, level, concurrency, bench, tokenize
             warm = await bc.run_requests(
                 session, target.base_url, target.api, [first] * n_warm, None, model=target.model,
                 length_control=length_control, timeout=timeout, temperature=float(bench.temperature),
-                output_len=lambda r: min(r.output_len, cap),
+                output_len=lambda r: min(r.output_len, cap), deadline_s=deadline,
             )
             bc.finish_records(warm.records, target.api)
             ok = [r for r in warm.records if r.ok]
@@ -103,7 +104,7 @@ async def _run_level_async(target, requests, level, concurrency, bench, tokenize
             run = await bc.run_requests(
                 session, target.base_url, target.api, requests, concurrency, model=target.model,
                 length_control=length_control, timeout=timeout, temperature=float(bench.temperature),
-                on_done=(lambda _r: bar.update(1)) if bar is not None else None,
+                on_done=(lambda _r: bar.update(1)) if bar is not None else None, deadline_s=deadline,
             )
             if bar is not None:
                 bar.close()
@@ -171,7 +172,7 @@ def run_level(
             "length_control": length_control, "seed": int(bench.seed),
             "apply_chat_template": bool(bench.apply_chat_template), "min_tokens": int(bench.min_tokens),
             "flush_cache": bool(bench.flush_cache), "pause_after_flush_s": float(bench.pause_after_flush_s),
-            "request_timeout_s": float(bench.request_timeout_s),
+            "request_timeout_s": float(bench.request_timeout_s), "level_timeout_s": bench.level_timeout_s,
         },
         "dataset": dataset_info or {},
         "notes": notes,

@@ -18,12 +18,11 @@ import contextlib
 import json
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from soarlab.atomic import atomic_dir
+from soarlab.atomic import atomic_dir, scratch_dir
 from soarlab.errors import SoarError
 
 WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.bin.index.json", "*.pt", "*.pth")
@@ -114,7 +113,7 @@ def _gptq(input_dir: Path, out_dir: Path, qcfg, plan, cal: dict, samples: list[d
                                 damp_auto_increment=float(qcfg.damp_auto_increment),
                                 act_group_aware=bool(qcfg.act_group_aware) and not bool(qcfg.desc_act))
     model = GPTQModel.load(str(input_dir), config, trust_remote_code=True, dtype=torch.bfloat16)
-    with _gptqmodel_logs_elsewhere():
+    with _gptqmodel_logs_elsewhere(out_dir.parent):
         if qcfg.method == "rtn":
             model.quantize(None)
         else:
@@ -124,14 +123,15 @@ def _gptq(input_dir: Path, out_dir: Path, qcfg, plan, cal: dict, samples: list[d
 
 
 @contextlib.contextmanager
-def _gptqmodel_logs_elsewhere():
+def _gptqmodel_logs_elsewhere(beside: Path):
     """GPTQModel 7.6 writes a per-layer log into ./logs of whatever folder it runs in (the project
-    root, under DVC); our report holds what matters, so its log goes to a folder removed afterwards."""
+    root, under DVC); our report holds what matters, so its log goes to a scratch folder beside the
+    output, removed afterwards (and by the next run, if this one is killed)."""
     from gptqmodel.looper import loop_processor
 
     saved = loop_processor._PROJECT_LOG_DIR
-    with tempfile.TemporaryDirectory(prefix="gptqmodel-logs-") as tmp:
-        loop_processor._PROJECT_LOG_DIR = Path(tmp)
+    with scratch_dir(beside, "gptqmodel-logs") as tmp:
+        loop_processor._PROJECT_LOG_DIR = tmp
         try:
             yield
         finally:
@@ -146,6 +146,7 @@ def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg, mod
     from soarlab.quant import report as rep
     from soarlab.quant.calibration import calibration_samples
     from soarlab.quant.check import check_checkpoint
+    from soarlab.hub import validate_model_dir
     from soarlab.quant.rules import build_plan, inventory, read_config
 
     t_start = time.perf_counter()
@@ -159,6 +160,7 @@ def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg, mod
         raise SoarError(f"quant.method is {method!r}", "use gptq, rtn or none")
     if method != "none" and not qcfg.sym:
         raise SoarError("quant.sym is false", "gptq_marlin requires symmetric quantization: set quant.sym=true")
+    validate_model_dir(input_dir)
     base_config = read_config(input_dir)
     if "quantization_config" in base_config:
         raise SoarError(f"{input_dir} is already quantized", "quantize the original bf16 checkpoint")
