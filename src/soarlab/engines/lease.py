@@ -53,10 +53,10 @@ def _stat(pid: int | str) -> list[str] | None:
 
 
 def process_start_time(pid: int) -> int | None:
-    """The kernel's start time of `pid` (clock ticks since boot), None if there is no such process.
-    A pid plus its start time names one process, even after the pid is reused."""
+    """The kernel's start time of `pid` (clock ticks since boot), None if no such process runs (a
+    zombie has exited). A pid plus its start time names one process, even after the pid is reused."""
     fields = _stat(pid)
-    return int(fields[19]) if fields else None
+    return int(fields[19]) if fields and fields[0] != "Z" else None
 
 
 def group_members(pgid: int, started_since: int = 0) -> list[int]:
