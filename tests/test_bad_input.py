@@ -138,7 +138,7 @@ def test_prepare_model_sh_leaves_no_output_folder_on_failure(tiny_model_dir, tmp
     shutil.copytree(ROOT / "src" / "soarlab", proj / "src" / "soarlab", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", proj / "pyproject.toml")
     monkeypatch.chdir(proj)
-    out = package.run(make_cfg())
+    out = package.run(make_cfg(quant=OmegaConf.to_container(compose(["quant=rtn_w4"], root=ROOT).quant, resolve=True)))
     bad = corrupt(tiny_model_dir, tmp_path, "truncated")
     target = tmp_path / "processed"
     proc = subprocess.run(["bash", str(out / "submission" / "prepare_model.sh"), "--input", str(bad), "--output", str(target)],

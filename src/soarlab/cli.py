@@ -9,6 +9,7 @@ import importlib
 import os
 import signal
 import sys
+import threading
 import traceback
 
 from soarlab.errors import SoarError
@@ -115,28 +116,34 @@ def os_error_line(exc: OSError) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     debug = args.debug or os.environ.get("SOARLAB_DEBUG", "") not in ("", "0")
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _raise_terminated)
+    if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, _raise_terminated)
     try:
         return args.run(args) or 0
-    except SoarError as exc:
-        line, code = str(exc), 2
     except KeyboardInterrupt:
         print("soarlab: interrupted", file=sys.stderr)
         return 130
     except Terminated as exc:
         print(f"soarlab: stopped by {exc}", file=sys.stderr)
         return 128 + exc.signum
-    except OSError as exc:
-        line, code = os_error_line(exc), 1
-    except Exception as exc:  # noqa: BLE001 - the last resort: one line, the traceback on request
-        line = f"unexpected {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}. " \
-               "Fix: rerun with --debug (or SOARLAB_DEBUG=1) for the traceback, and report it"
-        code = 1
-    if debug:
-        traceback.print_exc()
-    print(f"soarlab: error: {line}", file=sys.stderr)
-    return code
+    except Exception as exc:  # noqa: BLE001 - every error ends in one line; the traceback only on request
+        if debug:
+            traceback.print_exc()
+        line, code = error_line(exc)
+        print(f"soarlab: error: {line}", file=sys.stderr)
+        return code
+
+
+def error_line(exc: Exception) -> tuple[str, int]:
+    """(`<problem>. Fix: <fix>`, exit code) for any error."""
+    if isinstance(exc, SoarError):
+        return str(exc), 2
+    if isinstance(exc, OSError):
+        return os_error_line(exc), 1
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return (f"unexpected {type(exc).__name__}: {first}. "
+            "Fix: rerun with --debug (or SOARLAB_DEBUG=1) for the traceback, and report it"), 1
 
 
 if __name__ == "__main__":
