@@ -172,3 +172,35 @@ def test_spawned_child_dies_with_its_parent_even_on_sigkill(tmp_path):
     parent.kill()
     parent.wait()
     wait_for(lambda: process_start_time(child) != started, "the child to die with its parent", limit_s=30)
+
+
+@pytest.mark.slow
+def test_two_queued_experiments_with_the_default_port_both_succeed(tmp_path):
+    """`dvc queue start -j 2` with engine.port left at its default: both benches serve at once, the
+    second on a free port (issue 12, part 3). Real DVC, real `transformers serve`."""
+    from conftest import make_project
+
+    dest, env = make_project(tmp_path / "project")
+
+    def run(*cmd: str) -> str:
+        proc = subprocess.run(cmd, cwd=dest, env=env, capture_output=True, text=True, timeout=1500)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return proc.stdout + proc.stderr
+
+    run("dvc", "repro", "bench")  # fetch, quantize and one bench: the cache both experiments start from
+    run("git", "add", "-A")
+    run("git", "commit", "-qm", "baseline")
+    assert "port: 30000" in (dest / "params.yaml").read_text()
+    for seed in (2, 3):  # the bench stage differs (its request order), the port does not
+        run("dvc", "exp", "run", "--queue", "bench", "-S", f"bench.seed={seed}")
+    run("dvc", "queue", "start", "-j", "2")
+    try:
+        status = wait_for(lambda: (lambda out: out if out.count("Success") + out.count("Failed") >= 2 else None)(
+            run("dvc", "queue", "status")), "both experiments to finish", limit_s=1500, every_s=5)
+    finally:
+        subprocess.run(["dvc", "queue", "stop"], cwd=dest, env=env, capture_output=True, timeout=300)
+    assert status.count("Success") == 2, status
+    shown = json.loads(run("dvc", "exp", "show", "--json"))
+    seeds = sorted(exp["data"]["params"]["params.yaml"]["data"]["bench"]["seed"]
+                   for rev in shown for exp in (rev.get("experiments") or []) for exp in exp["revs"])
+    assert seeds == [2, 3]

@@ -1,0 +1,166 @@
+"""Measure what issue 12 asks (docs/PERFORMANCE.md, "Reliability"):
+
+1. the time from a signal to a running `soarlab stage bench` (real `transformers serve` on the tiny
+   model, engine.port=0) until its server's port is free: SIGKILL (the kernel's parent-death
+   signal) and SIGTERM (the stage's own cleanup);
+2. the time to give up on a hung server (accepts connections, never answers): one level of 12
+   requests, with bench.level_timeout_s against the old behaviour (every request waits out
+   bench.request_timeout_s in turn);
+3. the start probe of `soarlab bench --url` against the same silent socket, bounded by
+   bench.connect_timeout_s.
+
+    .venv/bin/python scripts/bench_reliability.py [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def poll(condition, limit_s: float, every_s: float = 0.01):
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(every_s)
+    raise TimeoutError
+
+
+def bench_project(root: Path, model_dir: Path) -> Path:
+    from soarlab.config import compose
+
+    shutil.copytree(ROOT / "conf", root / "conf")
+    (root / "data").mkdir()
+    rows = [{"question": f"question {i} " + "word " * 40, "model_response": "answer " * 60} for i in range(200)]
+    (root / "data" / "speed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = compose([f"paths.quantized_model={model_dir}", f"paths.data={root / 'data'}", f"paths.reports={root / 'reports'}",
+                   "engine.port=0", "bench.progress=false"], root=root)
+    (root / "params.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    return root
+
+
+def kill_to_port_free(root: Path, state: Path, sig: int) -> float:
+    from soarlab.engines.server import is_healthy, port_in_use
+
+    shutil.rmtree(state, ignore_errors=True)
+    env = {**os.environ, "SOARLAB_STATE_DIR": str(state)}
+    stage = subprocess.Popen([sys.executable, "-m", "soarlab.cli", "stage", "bench"], cwd=root, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        record = poll(lambda: next((json.loads(p.read_text()) for p in (state / "ports").glob("*.json")), None)
+                      if (state / "ports").is_dir() else None, 300, 0.2)
+        poll(lambda: is_healthy(f"http://127.0.0.1:{record['port']}", timeout=2), 300, 0.2)
+        t0 = time.perf_counter()
+        stage.send_signal(sig)
+        poll(lambda: not port_in_use("127.0.0.1", record["port"]), 120)
+        return time.perf_counter() - t0
+    finally:
+        if stage.poll() is None:
+            stage.kill()
+        stage.wait()
+
+
+class SilentServer:
+    """Accepts connections and never answers."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.conns: list = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                self.conns.append(self.sock.accept()[0])
+            except OSError:
+                return
+
+    def close(self):
+        self.sock.close()
+        for conn in self.conns:
+            conn.close()
+
+
+def give_up_on_hung_server(level_timeout_s, request_timeout_s) -> float:
+    from bench_helpers import bench_cfg
+
+    from soarlab.bench.requests import BenchRequest
+    from soarlab.bench.runner import Target, run_level
+
+    server = SilentServer()
+    try:
+        requests = [BenchRequest(index=i, line=i + 1, prompt="hello " * 5, prompt_len=6, output_len=8) for i in range(12)]
+        bench = bench_cfg(request_timeout_s=request_timeout_s, level_timeout_s=level_timeout_s, warmup_requests=0,
+                          flush_cache=False)
+        t0 = time.perf_counter()
+        report, _ = run_level(Target(f"http://127.0.0.1:{server.port}", "openai", model="m"), requests, "S1", 1, bench)
+        assert not report["valid"]
+        return time.perf_counter() - t0
+    finally:
+        server.close()
+
+
+def start_probe(connect_timeout_s: float) -> float:
+    server = SilentServer()
+    try:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "soarlab.cli", "bench", "--url", f"http://127.0.0.1:{server.port}",
+                        "--dataset", "unused.jsonl", "--level", "S1", f"bench.connect_timeout_s={connect_timeout_s}"],
+                       cwd=ROOT, capture_output=True, timeout=300)
+        return time.perf_counter() - t0
+    finally:
+        server.close()
+
+
+def summary(values: list[float]) -> str:
+    return f"median {statistics.median(values):.2f} s (min {min(values):.2f}, max {max(values):.2f}, n={len(values)})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    from conftest import tiny_spec
+
+    from soarlab.tiny import build_tiny_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        model = build_tiny_model(tmp / "model", tiny_spec(train_steps=0))
+        root = bench_project(tmp / "proj", model)
+        for sig in (signal.SIGKILL, signal.SIGTERM):
+            times = [kill_to_port_free(root, tmp / "state", sig) for _ in range(args.repeats)]
+            print(f"{signal.Signals(sig).name} of `soarlab stage bench` -> port free: {summary(times)}", flush=True)
+    for level_timeout_s, request_timeout_s, label in ((None, 2, "no level bound, request_timeout_s=2 (the old behaviour)"),
+                                                      (5, 3600, "level_timeout_s=5, request_timeout_s=3600")):
+        times = [give_up_on_hung_server(level_timeout_s, request_timeout_s) for _ in range(args.repeats)]
+        print(f"hung server, 12 requests at S1, {label}: given up after {summary(times)}", flush=True)
+    for connect_timeout_s in (2, 5):
+        times = [start_probe(connect_timeout_s) for _ in range(args.repeats)]
+        print(f"start probe of a silent socket, connect_timeout_s={connect_timeout_s}: "
+              f"`soarlab bench` exits after {summary(times)} (process start included)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
