@@ -19,45 +19,20 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
-
-from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 
-def poll(condition, limit_s: float, every_s: float = 0.01):
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(every_s)
-    raise TimeoutError
-
-
-def bench_project(root: Path, model_dir: Path) -> Path:
-    from soarlab.config import compose
-
-    shutil.copytree(ROOT / "conf", root / "conf")
-    (root / "data").mkdir()
-    rows = [{"question": f"question {i} " + "word " * 40, "model_response": "answer " * 60} for i in range(200)]
-    (root / "data" / "speed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = compose([f"paths.quantized_model={model_dir}", f"paths.data={root / 'data'}", f"paths.reports={root / 'reports'}",
-                   "engine.port=0", "bench.progress=false"], root=root)
-    (root / "params.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    return root
-
-
 def kill_to_port_free(root: Path, state: Path, sig: int) -> float:
+    from bench_helpers import wait_for
+
     from soarlab.engines.server import is_healthy, port_in_use
 
     shutil.rmtree(state, ignore_errors=True)
@@ -65,12 +40,12 @@ def kill_to_port_free(root: Path, state: Path, sig: int) -> float:
     stage = subprocess.Popen([sys.executable, "-m", "soarlab.cli", "stage", "bench"], cwd=root, env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        record = poll(lambda: next((json.loads(p.read_text()) for p in (state / "ports").glob("*.json")), None)
-                      if (state / "ports").is_dir() else None, 300, 0.2)
-        poll(lambda: is_healthy(f"http://127.0.0.1:{record['port']}", timeout=2), 300, 0.2)
+        record = wait_for(lambda: next((json.loads(p.read_text()) for p in (state / "ports").glob("*.json")), None)
+                      if (state / "ports").is_dir() else None, "the server", 300, 0.2)
+        wait_for(lambda: is_healthy(f"http://127.0.0.1:{record['port']}", timeout=2), "the server", 300, 0.2)
         t0 = time.perf_counter()
         stage.send_signal(sig)
-        poll(lambda: not port_in_use("127.0.0.1", record["port"]), 120)
+        wait_for(lambda: not port_in_use("127.0.0.1", record["port"]), "the port to be free", 120, 0.01)
         return time.perf_counter() - t0
     finally:
         if stage.poll() is None:
@@ -78,32 +53,8 @@ def kill_to_port_free(root: Path, state: Path, sig: int) -> float:
         stage.wait()
 
 
-class SilentServer:
-    """Accepts connections and never answers."""
-
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.conns: list = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                self.conns.append(self.sock.accept()[0])
-            except OSError:
-                return
-
-    def close(self):
-        self.sock.close()
-        for conn in self.conns:
-            conn.close()
-
-
 def give_up_on_hung_server(level_timeout_s, request_timeout_s) -> float:
-    from bench_helpers import bench_cfg
+    from bench_helpers import SilentServer, bench_cfg
 
     from soarlab.bench.requests import BenchRequest
     from soarlab.bench.runner import Target, run_level
@@ -122,6 +73,8 @@ def give_up_on_hung_server(level_timeout_s, request_timeout_s) -> float:
 
 
 def start_probe(connect_timeout_s: float) -> float:
+    from bench_helpers import SilentServer
+
     server = SilentServer()
     try:
         t0 = time.perf_counter()
@@ -148,6 +101,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         model = build_tiny_model(tmp / "model", tiny_spec(train_steps=0))
+        from bench_helpers import bench_project
+
         root = bench_project(tmp / "proj", model)
         for sig in (signal.SIGKILL, signal.SIGTERM):
             times = [kill_to_port_free(root, tmp / "state", sig) for _ in range(args.repeats)]

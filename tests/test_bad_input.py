@@ -162,7 +162,7 @@ def test_score_rejects_nan_and_never_prints_it():
 @pytest.mark.parametrize("port, expected", [("notaport", "is not an integer"), ("99999", "out of range (0..65535)")])
 def test_bad_engine_port_at_params_and_at_stage_run(project, tmp_path, port, expected):
     assert_one_line_error(soarlab("params", f"engine.port={port}", "--output", str(tmp_path / "p.yaml"), cwd=project),
-                          f"engine.port", expected)
+                          "engine.port", expected)
     assert not (tmp_path / "p.yaml").exists()
     # a params.yaml written by hand (or by `dvc exp run -S`) is refused when the engine starts, in one line
     params = write_params(project)

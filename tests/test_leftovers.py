@@ -4,21 +4,18 @@ MLflow sqlite store, real loopback servers."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-from bench_helpers import bench_cfg
+from bench_helpers import SilentServer, bench_cfg
 from soarlab import atomic, leftovers
 from soarlab.bench.requests import BenchRequest
 from soarlab.bench.runner import Target, run_level
@@ -163,30 +160,6 @@ def test_two_processes_creating_one_new_mlflow_store_both_log(tmp_path):
     client = mlflow.MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("race").experiment_id])
     assert sorted(r.info.run_id for r in runs) == sorted(out.strip().splitlines()[-1] for out, _ in results)
-
-
-class SilentServer:
-    """Accepts connections and never answers: a hung server."""
-
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.conns = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                self.conns.append(self.sock.accept()[0])
-            except OSError:
-                return
-
-    def close(self):
-        self.sock.close()
-        for c in self.conns:
-            c.close()
 
 
 def test_hung_server_is_given_up_on_per_level_not_per_request():

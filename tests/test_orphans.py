@@ -11,7 +11,6 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,29 +18,16 @@ import time
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
-
 from soarlab import leftovers
-from soarlab.config import compose
 from soarlab.engines import open_engine
 from soarlab.engines import sglang as sglang_engine
 from soarlab.engines.lease import PortLease, process_start_time
 from soarlab.engines.process import spawn
 from soarlab.engines.server import free_port, is_healthy, port_in_use
+from bench_helpers import bench_project, wait_for
 from test_engines import STAND_IN, engine_cfg, fake_model, pid_alive
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def wait_for(condition, what: str, limit_s: float = 300.0, every_s: float = 0.2):
-    """Poll `condition` until it is truthy (a bound against hanging, not a timing assertion)."""
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(every_s)
-    raise AssertionError(f"gave up waiting for {what} after {limit_s:g} s")
 
 
 @pytest.fixture
@@ -50,19 +36,6 @@ def state_dir(tmp_path, monkeypatch) -> Path:
     folder = tmp_path / "state"
     monkeypatch.setenv("SOARLAB_STATE_DIR", str(folder))
     return folder
-
-
-def bench_project(root: Path, model_dir: Path) -> Path:
-    """A project whose bench stage serves `model_dir` on any free port, with a speed set long enough to
-    still be running when it is killed."""
-    shutil.copytree(ROOT / "conf", root / "conf")
-    (root / "data").mkdir()
-    rows = [{"question": f"question {i} " + "word " * 40, "model_response": "answer " * 60} for i in range(200)]
-    (root / "data" / "speed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = compose([f"paths.quantized_model={model_dir}", f"paths.data={root / 'data'}", f"paths.reports={root / 'reports'}",
-                   "engine.port=0", "bench.progress=false"], root=root)
-    (root / "params.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    return root
 
 
 def served_record(state: Path) -> dict:

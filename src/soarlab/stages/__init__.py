@@ -11,6 +11,10 @@ from soarlab.config import load_params
 def run_stage_cli(args) -> int:
     module = importlib.import_module(f"soarlab.stages.{args.name.replace('-', '_')}")
     cfg = load_params(args.params)
+    if cfg.get("engine") is not None and cfg.engine.get("name") != "external":
+        from soarlab.engines.common import endpoint
+
+        endpoint(cfg)  # a bad engine.port fails every stage at once, not bench after package re-ran
     _remove_leftovers(cfg)
     module.run(cfg)
     return 0
