@@ -114,14 +114,23 @@ def stop_group(pgid: int, grace_s: float, reap=lambda: None) -> None:
             return
         time.sleep(0.05)
     signal_group(pgid, signal.SIGKILL)
+    for _ in range(100):  # SIGKILL is not instant: wait (5 s at most) until the group, and its sockets, are gone
+        reap()
+        if not signal_group(pgid, 0):
+            return
+        time.sleep(0.05)
 
 
-def stop_stale(record: ServerRecord, grace_s: float = 10.0) -> None:
+def stop_stale(record: ServerRecord, grace_s: float = 10.0) -> bool:
+    """Stop a server whose run is gone; True if there was something to stop."""
+    stopped = False
     if record.container and shutil.which("docker"):
-        subprocess.run(["docker", "stop", "-t", str(int(grace_s)), record.container], capture_output=True,
-                       timeout=grace_s + 30, check=False)
+        stopped = subprocess.run(["docker", "stop", "-t", str(int(grace_s)), record.container], capture_output=True,
+                                 timeout=grace_s + 30, check=False).returncode == 0
     if record.alive():
         stop_group(record.pgid, grace_s)
+        stopped = True
+    return stopped
 
 
 class PortLease:
@@ -172,8 +181,7 @@ def _take(port: int, host: str) -> PortLease | None:
     if not lease.acquire():
         return None
     record = lease.read()
-    if record is not None and record.alive():
-        stop_stale(record)
+    if record is not None and stop_stale(record):
         _say(f"stopped a stale server left by an earlier run: {record.describe()}")
     lease.record_path.unlink(missing_ok=True)
     if port_in_use(host, port):
