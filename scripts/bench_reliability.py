@@ -72,15 +72,22 @@ def give_up_on_hung_server(level_timeout_s, request_timeout_s) -> float:
         server.close()
 
 
-def start_probe(connect_timeout_s: float) -> float:
+def start_probe(timeout_s: float, old: bool = False) -> float:
+    """`soarlab bench --url`'s first probe against a silent socket, in this process (no start-up cost).
+    old: what it did before, each of its three endpoints asked with a fixed 10 s timeout."""
     from bench_helpers import SilentServer
 
+    from soarlab.bench.cli import _reachable
+    from soarlab.engines.server import http_request
+
     server = SilentServer()
+    url = f"http://127.0.0.1:{server.port}"
     try:
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "soarlab.cli", "bench", "--url", f"http://127.0.0.1:{server.port}",
-                        "--dataset", "unused.jsonl", "--level", "S1", f"bench.connect_timeout_s={connect_timeout_s}"],
-                       cwd=ROOT, capture_output=True, timeout=300)
+        if old:
+            any(http_request(url + path, timeout=10)[0] is not None for path in ("/health", "/v1/models", "/get_model_info"))
+        else:
+            _reachable(url, timeout_s)
         return time.perf_counter() - t0
     finally:
         server.close()
@@ -93,28 +100,34 @@ def summary(values: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--parts", default="kill,hung,probe", help="which measurements (comma-separated)")
     args = parser.parse_args()
-    from conftest import tiny_spec
+    parts = args.parts.split(",")
+    if "kill" in parts:
+        from conftest import tiny_spec
 
-    from soarlab.tiny import build_tiny_model
+        from soarlab.tiny import build_tiny_model
 
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        model = build_tiny_model(tmp / "model", tiny_spec(train_steps=0))
-        from bench_helpers import bench_project
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            model = build_tiny_model(tmp / "model", tiny_spec(train_steps=0))
+            from bench_helpers import bench_project
 
-        root = bench_project(tmp / "proj", model)
-        for sig in (signal.SIGKILL, signal.SIGTERM):
-            times = [kill_to_port_free(root, tmp / "state", sig) for _ in range(args.repeats)]
-            print(f"{signal.Signals(sig).name} of `soarlab stage bench` -> port free: {summary(times)}", flush=True)
-    for level_timeout_s, request_timeout_s, label in ((None, 2, "no level bound, request_timeout_s=2 (the old behaviour)"),
-                                                      (5, 3600, "level_timeout_s=5, request_timeout_s=3600")):
-        times = [give_up_on_hung_server(level_timeout_s, request_timeout_s) for _ in range(args.repeats)]
-        print(f"hung server, 12 requests at S1, {label}: given up after {summary(times)}", flush=True)
-    for connect_timeout_s in (2, 5):
-        times = [start_probe(connect_timeout_s) for _ in range(args.repeats)]
-        print(f"start probe of a silent socket, connect_timeout_s={connect_timeout_s}: "
-              f"`soarlab bench` exits after {summary(times)} (process start included)", flush=True)
+            root = bench_project(tmp / "proj", model)
+            for sig in (signal.SIGKILL, signal.SIGTERM):
+                times = [kill_to_port_free(root, tmp / "state", sig) for _ in range(args.repeats)]
+                print(f"{signal.Signals(sig).name} of `soarlab stage bench` -> port free: {summary(times)}", flush=True)
+    if "hung" in parts:
+        for level_timeout_s, request_timeout_s, label in (
+                (None, 2, "no level bound, request_timeout_s=2 (the old behaviour)"),
+                (5, 3600, "level_timeout_s=5, request_timeout_s=3600")):
+            times = [give_up_on_hung_server(level_timeout_s, request_timeout_s) for _ in range(args.repeats)]
+            print(f"hung server, 12 requests at S1, {label}: given up after {summary(times)}", flush=True)
+    if "probe" in parts:
+        for timeout_s in (2, 5):
+            times = [start_probe(timeout_s) for _ in range(args.repeats)]
+            print(f"start probe of a silent socket, bench.connect_timeout_s={timeout_s}: {summary(times)}", flush=True)
+        print(f"start probe of a silent socket, before (3 endpoints x 10 s): {summary([start_probe(0, old=True)])}")
 
 
 if __name__ == "__main__":
