@@ -238,3 +238,15 @@ def test_read_only_reports_and_full_disk(project, case, mount, code, expected, c
                "SOARLAB_TEST_DIR": str(project / "reports")}
         proc = soarlab("stage", "score", "--params", str(params), cwd=project, env=env)
     assert_one_line_error(proc, *expected)
+
+
+def test_os_errors_map_to_one_line_with_their_fix():
+    """The mapping itself, for the errors a test cannot cause as root (EACCES) as well."""
+    import errno
+
+    from soarlab.errors import error_line
+
+    for code, fix in ((errno.EACCES, "chmod u+w"), (errno.ENOSPC, "df -h"), (errno.EROFS, "read-only")):
+        line, exit_code = error_line(OSError(code, os.strerror(code), "/x/reports/score.json"))
+        assert exit_code == 1 and line.startswith(os.strerror(code)) and "'/x/reports/score.json'" in line
+        assert line.count(". Fix: ") == 1 and fix in line.split(". Fix: ")[1]

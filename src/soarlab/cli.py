@@ -4,7 +4,6 @@ so `soarlab --help` and light commands start without loading torch."""
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib
 import os
 import signal
@@ -12,7 +11,7 @@ import sys
 import threading
 import traceback
 
-from soarlab.errors import SoarError
+from soarlab.errors import error_line
 
 STAGES = ("fetch-model", "fetch-data", "quantize", "package", "bench", "accuracy", "score", "track")
 
@@ -96,23 +95,6 @@ def _raise_terminated(signum, _frame):
     raise Terminated(signum)
 
 
-_OS_ERROR_FIXES = {
-    errno.ENOSPC: "free space on that file system (`df -h` shows how much is left), or write elsewhere",
-    errno.EDQUOT: "free space within your disk quota, or write elsewhere",
-    errno.EROFS: "the file system is mounted read-only: run from a writable checkout",
-    errno.EACCES: "make it writable for you (`ls -ld` shows the owner and mode; `chmod u+w` on your files)",
-    errno.EPERM: "make it writable for you (`ls -ld` shows the owner and mode; `chmod u+w` on your files)",
-}
-
-
-def os_error_line(exc: OSError) -> str:
-    """An OS error as `<problem>. Fix: <fix>`, the file it hit named."""
-    where = " ".join(f"'{name}'" for name in (exc.filename, exc.filename2) if name)
-    problem = f"{exc.strerror or exc}" + (f": {where}" if where else "")
-    fix = _OS_ERROR_FIXES.get(exc.errno, "check that path and the machine's resources, or rerun with --debug")
-    return f"{problem}. Fix: {fix}"
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     debug = args.debug or os.environ.get("SOARLAB_DEBUG", "") not in ("", "0")
@@ -133,17 +115,6 @@ def main(argv: list[str] | None = None) -> int:
         line, code = error_line(exc)
         print(f"soarlab: error: {line}", file=sys.stderr)
         return code
-
-
-def error_line(exc: Exception) -> tuple[str, int]:
-    """(`<problem>. Fix: <fix>`, exit code) for any error."""
-    if isinstance(exc, SoarError):
-        return str(exc), 2
-    if isinstance(exc, OSError):
-        return os_error_line(exc), 1
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return (f"unexpected {type(exc).__name__}: {first}. "
-            "Fix: rerun with --debug (or SOARLAB_DEBUG=1) for the traceback, and report it"), 1
 
 
 if __name__ == "__main__":
