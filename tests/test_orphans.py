@@ -180,3 +180,35 @@ def test_two_queued_experiments_with_the_default_port_both_succeed(tmp_path):
     seeds = sorted(exp["data"]["params"]["params.yaml"]["data"]["bench"]["seed"]
                    for rev in shown for exp in (rev.get("experiments") or []) for exp in exp["revs"])
     assert seeds == [2, 3]
+
+
+def test_orphaned_server_without_a_lease_is_stopped_when_its_port_is_wanted(tmp_path, state_dir, capsys):
+    """A `transformers serve` of ours orphaned before leases existed (parent 1, no record): listed by
+    doctor and stopped by the next start on its port. The stand-in runs under the launcher's module
+    name (a shadowing `soarlab.engines.transformers_serve` on PYTHONPATH), as the real one would."""
+    from soarlab.engines.lease import lease_port, orphan_servers
+
+    fake = tmp_path / "old" / "soarlab" / "engines"
+    fake.mkdir(parents=True)
+    (fake.parent / "__init__.py").write_text("")
+    (fake / "__init__.py").write_text("")
+    (fake / "transformers_serve.py").write_text(STAND_IN)
+    port = free_port()
+    # started and abandoned by a shell that exits at once: the server is reparented to init
+    subprocess.run(["sh", "-c", f"PYTHONPATH={tmp_path / 'old'} setsid {sys.executable} -m soarlab.engines.transformers_serve "
+                    f"--port {port} >/dev/null 2>&1 &"], check=True)
+    orphan = wait_for(lambda: next((pid for pid, cmd in orphan_servers() if f"--port {port}" in cmd), None),
+                      "the orphan to appear", limit_s=60)
+    try:
+        wait_for(lambda: is_healthy(f"http://127.0.0.1:{port}", timeout=2), "the orphan to answer", limit_s=60)
+        assert any(f"pid {orphan}, orphaned (parent 1)" in detail for _, _, detail in leftovers.server_rows())
+        lease = lease_port("127.0.0.1", port)
+        try:
+            assert lease.port == port and not port_in_use("127.0.0.1", port)
+        finally:
+            lease.release()
+        assert f"stopped an orphaned SOAR Lab server on port {port}: pid {orphan}" in capsys.readouterr().err
+        assert process_start_time(orphan) is None
+    finally:
+        if process_start_time(orphan) is not None:
+            os.kill(orphan, signal.SIGKILL)

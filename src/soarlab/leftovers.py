@@ -3,12 +3,13 @@ a process on the configured port. One row each, (name, ok, detail), the detail e
 
 from __future__ import annotations
 
+import os
 import shlex
 import tempfile
 from pathlib import Path
 
 from soarlab.atomic import project_temp_outputs
-from soarlab.engines.lease import PortLease, listener_pids, stale_servers
+from soarlab.engines.lease import PortLease, listener_pids, orphan_servers, stale_servers
 from soarlab.engines.server import port_in_use
 from soarlab.errors import SoarError
 
@@ -38,7 +39,16 @@ def _project_params():
 
 def server_rows() -> list[Row]:
     rows = [("stale server", False, f"{r.describe()}. Fix: kill -TERM -{r.pgid}") for r in stale_servers()]
+    rows += [("stale server", False, f"pid {pid}, orphaned (parent 1): {cmd[:160]}. Fix: kill -TERM -{_pgid(pid)}")
+             for pid, cmd in orphan_servers()]
     return rows or [("stale servers", True, "none of ours outlived its run")]
+
+
+def _pgid(pid: int) -> int:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return pid
 
 
 def temp_output_rows(root: Path | None, cfg) -> list[Row]:

@@ -13,6 +13,7 @@ included), so on the next start:
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -170,6 +171,39 @@ class PortLease:
         os.replace(tmp, self.record_path)
 
 
+# A command line only SOAR Lab launches (engines/transformers_engine.py). `sglang.launch_server` is not
+# one: a user's own detached SGLang server looks the same, and is theirs to stop; ours are leased.
+SERVER_MARKERS = ("soarlab.engines.transformers_serve",)
+
+
+def orphan_servers() -> list[tuple[int, str]]:
+    """(pid, command line) of SOAR Lab servers whose run is gone with no lease to tell (left by a
+    version before leases, or a lease folder removed): reparented to init (parent pid 1)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        fields = _stat(proc.name)
+        if not fields or fields[0] == "Z" or int(fields[1]) != 1:
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        if any(marker in cmdline for marker in SERVER_MARKERS):
+            found.append((int(proc.name), cmdline))
+    return sorted(found)
+
+
+def _stop_orphans_on(port: int) -> None:
+    """Stop what listens on `port` if all of it is orphaned SOAR Lab servers; report each."""
+    listeners = listener_pids(port)
+    orphans = dict(orphan_servers())
+    if listeners and all(pid in orphans for pid in listeners):
+        for pid in listeners:
+            with contextlib.suppress(OSError):  # it may have gone meanwhile
+                stop_group(os.getpgid(pid), 10.0)
+            _say(f"stopped an orphaned SOAR Lab server on port {port}: pid {pid} ({orphans[pid][:160]})")
+
+
 def _say(message: str) -> None:
     print(f"soarlab: {message}", file=sys.stderr, flush=True)
 
@@ -184,6 +218,8 @@ def _take(port: int, host: str) -> PortLease | None:
     if record is not None and stop_stale(record):
         _say(f"stopped a stale server left by an earlier run: {record.describe()}")
     lease.record_path.unlink(missing_ok=True)
+    if port_in_use(host, port):
+        _stop_orphans_on(port)
     if port_in_use(host, port):
         lease.release()
         return None
