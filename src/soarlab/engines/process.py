@@ -27,7 +27,8 @@ from soarlab.engines.server import is_healthy
 from soarlab.errors import SoarError
 
 _PR_SET_PDEATHSIG = 1
-_prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before any fork: the child only calls it
+# Looked up before any fork, so that the child only calls it; Linux only (None elsewhere: no parent-death signal).
+_prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
 _spawner = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="soarlab-spawner")
 
 
@@ -53,6 +54,8 @@ def port_lease(host: str, port: int) -> Iterator[PortLease]:
 
 def _die_with(parent_pid: int) -> Callable[[], None]:
     def preexec() -> None:  # in the child between fork and exec; the setting survives exec
+        if _prctl is None:
+            return
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent_pid:  # the parent died before the line above: no signal would come
             os._exit(1)
