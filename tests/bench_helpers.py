@@ -23,3 +23,60 @@ def bench_cfg(**changes):
 def write_set(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+class SilentServer:
+    """A hung server: accepts connections on 127.0.0.1 and never answers."""
+
+    def __init__(self):
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.conns: list = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                self.conns.append(self.sock.accept()[0])
+            except OSError:
+                return
+
+    def close(self):
+        self.sock.close()
+        for conn in self.conns:
+            conn.close()
+
+
+def bench_project(root: Path, model_dir: Path) -> Path:
+    """A project whose `soarlab stage bench` serves `model_dir` on any free port, with a speed set long
+    enough to still be running when it is killed."""
+    import shutil
+
+    from soarlab.config import compose
+
+    shutil.copytree(ROOT / "conf", root / "conf")
+    (root / "data").mkdir()
+    rows = [{"question": f"question {i} " + "word " * 40, "model_response": "answer " * 60} for i in range(200)]
+    (root / "data" / "speed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = compose([f"paths.quantized_model={model_dir}", f"paths.data={root / 'data'}", f"paths.reports={root / 'reports'}",
+                   "engine.port=0", "bench.progress=false"], root=root)
+    (root / "params.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    return root
+
+
+def wait_for(condition, what: str, limit_s: float = 300.0, every_s: float = 0.2):
+    """Poll `condition` until it is truthy (a bound against hanging, not a timing assertion)."""
+    import time
+
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(every_s)
+    raise AssertionError(f"gave up waiting for {what} after {limit_s:g} s")

@@ -219,14 +219,20 @@ def _stand_in_running(port: int) -> bool:
     return subprocess.run(["pgrep", "-f", f"stand_in.py --port {port}"], capture_output=True).returncode == 0
 
 
-def test_port_in_use_is_refused(tmp_path, stand_in, monkeypatch):
+def test_port_in_use_gets_a_free_port_and_says_so(tmp_path, stand_in, monkeypatch, capsys):
+    """Parallel runs are safe by default (issue 12): a taken engine.port is not an error, the run
+    serves on a free port and says which and why."""
     port = free_port()
+    monkeypatch.setattr(sglang_engine, "preflight", lambda cfg: None)
+    monkeypatch.setattr(sglang_engine, "build_command",
+                        lambda cfg, model_dir, host, p: [sys.executable, str(stand_in), "--port", str(p)])
     with managed_server([sys.executable, str(stand_in), "--port", str(port)], base_url=f"http://127.0.0.1:{port}",
-                        log_path=tmp_path / "a.log", startup_timeout_s=30):
-        monkeypatch.setattr(sglang_engine, "preflight", lambda cfg: None)
-        with pytest.raises(SoarError, match="already in use"):
-            with open_engine(engine_cfg("sglang", port=port), fake_model(tmp_path), tmp_path / "b.log"):
-                pass
+                        log_path=tmp_path / "a.log", startup_timeout_s=30) as first:
+        with open_engine(engine_cfg("sglang", port=port), fake_model(tmp_path), tmp_path / "b.log") as server:
+            second = int(server.base_url.rsplit(":", 1)[1])
+            assert second != port and server.flush_cache() is True
+        said = capsys.readouterr().err
+        assert f"port {port} is taken (pid {first.pid})" in said and f"free port {second}" in said
 
 
 # --- external ----------------------------------------------------------------------------------------

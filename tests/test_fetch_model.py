@@ -38,13 +38,16 @@ def real_model_cfg(**changes) -> dict:
 
 
 def test_huggingface_download_arguments_and_result(project, monkeypatch):
+    import torch
+    from safetensors.torch import save_file
+
     calls = []
 
     def fake_snapshot_download(repo_id, revision=None, local_dir=None, **kw):  # hub unreachable here
         calls.append({"repo_id": repo_id, "revision": revision, "local_dir": local_dir, **kw})
         Path(local_dir, ".cache").mkdir(parents=True, exist_ok=True)  # what the hub keeps for resuming
         Path(local_dir, "config.json").write_text(json.dumps({"model_type": "minicpm_sala"}))
-        Path(local_dir, "model-00001-of-00004.safetensors").write_bytes(b"x" * 100)
+        save_file({"w": torch.zeros(8, 8)}, str(Path(local_dir, "model-00001-of-00004.safetensors")))  # complete: it is checked
         return local_dir
 
     monkeypatch.setattr("huggingface_hub.snapshot_download", fake_snapshot_download)

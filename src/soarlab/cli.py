@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
+import threading
+import traceback
 
 from soarlab.domain import LEVELS
-from soarlab.errors import SoarError
+from soarlab.errors import error_line
 
 STAGES = ("fetch-model", "fetch-data", "quantize", "package", "bench", "accuracy", "reference", "score", "track")
 
@@ -21,6 +25,7 @@ def _handler(target: str):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="soarlab", description=__doc__)
+    parser.add_argument("--debug", action="store_true", help="print the traceback of an error (or SOARLAB_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("stage", help="run one pipeline stage with params.yaml (what dvc.yaml calls)")
@@ -81,19 +86,41 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP, raised where the program is, so that `finally` blocks stop our servers."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_terminated(signum, _frame):
+    raise Terminated(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     from soarlab import quiet
 
     quiet.install()  # known-harmless library warnings (each one's why is there)
     args = build_parser().parse_args(argv)
+    debug = args.debug or os.environ.get("SOARLAB_DEBUG", "") not in ("", "0")
+    if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, _raise_terminated)
     try:
         return args.run(args) or 0
-    except SoarError as exc:
-        print(f"soarlab: error: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("soarlab: interrupted", file=sys.stderr)
         return 130
+    except Terminated as exc:
+        print(f"soarlab: stopped by {exc}", file=sys.stderr)
+        return 128 + exc.signum
+    except Exception as exc:  # noqa: BLE001 - every error ends in one line; the traceback only on request
+        if debug:
+            traceback.print_exc()
+        line, code = error_line(exc)
+        print(f"soarlab: error: {line}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -78,5 +78,5 @@ def write_params_cli(args) -> int:
     """`soarlab params`: regenerate params.yaml, the file `dvc repro` reads."""
     from soarlab.atomic import write_text
 
-    write_text(args.output, to_yaml(compose(args.overrides)))
+    write_text(args.output, to_yaml(compose(args.overrides)))  # compose validates (soarlab.schema)
     return 0

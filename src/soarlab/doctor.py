@@ -1,4 +1,5 @@
-"""`soarlab doctor`: what this machine can run. Prints one row per component (OK/NO and why); exits 0."""
+"""`soarlab doctor`: what this machine can run, and what earlier runs left behind (soarlab.leftovers).
+Prints one row per component (OK/NO and why, with the fix); exits 0."""
 
 from __future__ import annotations
 
@@ -102,6 +103,9 @@ def collect() -> list[tuple[str, bool, str]]:
     rows.append(check_package("sglang", import_it=True, note=" (GPU machines: pip install 'soarlab[gpu]'; here use engine=transformers)"))
     rows += check_docker()
     rows.append(check_nvidia_smi())
+    from soarlab import leftovers
+
+    rows += leftovers.collect()
     return rows
 
 

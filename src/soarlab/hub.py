@@ -7,6 +7,7 @@ half-written.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -16,15 +17,42 @@ from soarlab.errors import SoarError
 SOURCES = ("huggingface", "modelscope", "local")
 
 
-def validate_model_dir(path: str | Path) -> Path:
-    """A model folder must at least hold config.json."""
-    path = Path(path)
-    if not (path / "config.json").is_file():
+def read_model_config(model_dir: str | Path) -> dict:
+    """config.json of a model folder, which must be one JSON object."""
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
         raise SoarError(
-            f"model directory {path} has no config.json",
+            f"model directory {model_dir} has no config.json",
             "point it at a complete checkpoint (config.json, tokenizer, *.safetensors), or rerun "
             "`soarlab stage fetch-model` to finish the download",
         )
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SoarError(f"{path} is not valid JSON ({str(exc).splitlines()[0]})", _REFETCH) from None
+    if not isinstance(config, dict):
+        raise SoarError(f"{path} holds a JSON {type(config).__name__}, not an object", _REFETCH)
+    return config
+
+
+_REFETCH = "restore the checkpoint's files from their source (rerun `soarlab stage fetch-model`, or copy them again)"
+
+
+def validate_model_dir(path: str | Path) -> Path:
+    """A model folder holds a readable config.json and complete *.safetensors files (headers and
+    sizes checked; the tensors are not read)."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    read_model_config(path)
+    for weights in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(str(weights), framework="pt"):
+                pass
+        except Exception as exc:  # noqa: BLE001 - SafetensorError and OSError: a file that cannot be served
+            size = weights.stat().st_size
+            raise SoarError(f"{weights} ({size} bytes) is not a complete safetensors file "
+                            f"({str(exc).splitlines()[0][:200]})", _REFETCH) from None
     return path
 
 

@@ -180,6 +180,7 @@ class BenchGroup(Group):
     model: str | None
     request_timeout_s: Seconds
     connect_timeout_s: Seconds
+    level_timeout_s: Seconds | None  # null: a run of a level is never abandoned
     repeats: PositiveInt
     progress: bool
     plot: bool

@@ -8,6 +8,7 @@ and tags for the git commit, the DVC experiment, the model and the speed set.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -17,6 +18,7 @@ from typing import Iterator
 
 from omegaconf import DictConfig
 
+from soarlab.atomic import is_temp_output
 from soarlab.bench.metrics import level_key
 from soarlab.config import flatten
 from soarlab.domain import LEVELS
@@ -32,18 +34,31 @@ def tracking_uri(cfg: DictConfig) -> str:
     return f"sqlite:///{owning_project_root() / 'mlflow.db'}"
 
 
+def _store_lock(uri: str):
+    """A lock beside a local sqlite store, held while the store and the experiment are created:
+    two processes migrating one new database at once fail (`_alembic_tmp_experiments already exists`)."""
+    from filelock import FileLock
+
+    if not uri.startswith("sqlite:///"):
+        return contextlib.nullcontext()
+    db = Path(uri.removeprefix("sqlite:///"))
+    db.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(f"{db}.lock")
+
+
 def _client(cfg: DictConfig):
     import mlflow
 
     uri = tracking_uri(cfg)
     mlflow.set_tracking_uri(uri)
-    experiment = mlflow.get_experiment_by_name(cfg.tracking.experiment)
-    if experiment is None:
-        # A local store keeps artifacts beside the database, not in whatever folder DVC ran from.
-        location = (owning_project_root() / "mlartifacts").as_uri() if uri.startswith("sqlite:") else None
-        experiment_id = mlflow.create_experiment(cfg.tracking.experiment, artifact_location=location)
-    else:
-        experiment_id = experiment.experiment_id
+    with _store_lock(uri):
+        experiment = mlflow.get_experiment_by_name(cfg.tracking.experiment)
+        if experiment is None:
+            # A local store keeps artifacts beside the database, not in whatever folder DVC ran from.
+            location = (owning_project_root() / "mlartifacts").as_uri() if uri.startswith("sqlite:") else None
+            experiment_id = mlflow.create_experiment(cfg.tracking.experiment, artifact_location=location)
+        else:
+            experiment_id = experiment.experiment_id
     return mlflow.MlflowClient(uri), experiment_id
 
 
@@ -81,6 +96,11 @@ def _report_metrics(reports: Path) -> Iterator[tuple[str, float]]:
                 yield f"score.{key}", float(value)
 
 
+def _in_temp_output(path: Path, reports: Path) -> bool:
+    """Inside an unfinished write (soarlab.atomic): never a report, never uploaded."""
+    return any(is_temp_output(Path(part)) for part in path.relative_to(reports).parts)
+
+
 def log_pipeline_run(cfg: DictConfig, reports: Path, params_file: Path, speed_set_sha: str = "") -> str:
     """Log one MLflow run from the files under `reports`; return its id."""
     from mlflow.entities import Metric, Param, RunTag
@@ -98,7 +118,7 @@ def log_pipeline_run(cfg: DictConfig, reports: Path, params_file: Path, speed_se
             client.log_batch(run_id, params=params[start : start + 100])
         client.log_batch(run_id, metrics=metrics, tags=[RunTag(k, v) for k, v in tags.items()])
         client.log_artifact(run_id, str(params_file))
-        for path in sorted(p for p in reports.rglob("*") if p.is_file()):
+        for path in sorted(p for p in reports.rglob("*") if p.is_file() and not _in_temp_output(p, reports)):
             client.log_artifact(run_id, str(path), artifact_path=str(path.parent.relative_to(reports.parent)))
         client.set_terminated(run_id, "FINISHED")
     except BaseException:

@@ -8,6 +8,7 @@ defines output lengths is `--tokenizer`, else the one the server names.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from soarlab.bench.results import SpeedSetInfo
@@ -26,10 +27,17 @@ def _get_json(url: str, timeout: float = 10.0):
         return None
 
 
-def _reachable(base_url: str) -> bool:
-    """Anything answers (any status) on one of the endpoints servers of either API have."""
-    return any(http_request(base_url + path, timeout=10)[0] is not None
-               for path in ("/health", "/v1/models", "/get_model_info"))
+def _reachable(base_url: str, timeout_s: float) -> bool:
+    """Anything answers (any status) on one of the endpoints servers of either API have, all
+    within `timeout_s` (a socket that accepts and never answers costs that long, not three times it)."""
+    deadline = time.monotonic() + timeout_s
+    for path in ("/health", "/v1/models", "/get_model_info"):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        if http_request(base_url + path, timeout=left)[0] is not None:
+            return True
+    return False
 
 
 def probe_api(base_url: str) -> str:
@@ -79,8 +87,9 @@ def bench_cli(args) -> int:
 
     bench = compose(args.overrides).bench
     base_url = args.url.rstrip("/")
-    if not _reachable(base_url):
-        raise SoarError(f"no server answers at {base_url}", "start the server first, or fix --url")
+    if not _reachable(base_url, float(bench.connect_timeout_s)):
+        raise SoarError(f"no server answers at {base_url} within {bench.connect_timeout_s} s (bench.connect_timeout_s)",
+                        "start the server first, or fix --url")
     api = probe_api(base_url) if args.api == "auto" else args.api
     named = server_model(base_url, api)
     tok_name = args.tokenizer or named

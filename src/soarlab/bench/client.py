@@ -216,8 +216,13 @@ class ApiClient:
         timeout: aiohttp.ClientTimeout,
         output_len: Callable[[BenchRequest], int] | None = None,
         on_done: Callable[[Record], None] | None = None,
+        deadline_s: float | None = None,
     ) -> LevelRun:
-        """Send `requests` in order, at most `concurrency` in flight (None: all at once, like --request-rate inf)."""
+        """Send `requests` in order, at most `concurrency` in flight (None: all at once, like --request-rate inf).
+
+        `deadline_s`: the whole run is abandoned after this long (a hung server), its unfinished
+        requests failed, instead of waiting for each to time out in turn.
+        """
         n_of = output_len or (lambda r: r.output_len)
         bodies = [self.body(r.prompt, n_of(r)) for r in requests]
         records = [Record(r.index, r.line, r.prompt_len, n_of(r)) for r in requests]
@@ -234,11 +239,14 @@ class ApiClient:
         # CPU at Smax (measured: 1.27 -> 1.03 s per 2000 requests); freeze what exists before the level.
         gc.freeze()
         try:
-            await asyncio.gather(*(worker() for _ in range(workers)))
+            await asyncio.wait_for(asyncio.gather(*(worker() for _ in range(workers))), deadline_s)
+        except asyncio.TimeoutError:
+            _abandon(records, f"abandoned: the run took over {deadline_s:g} s (bench.level_timeout_s)")
         finally:
             gc.unfreeze()
-        start = min(r.send for r in records)
-        end = max((r.end or r.send) for r in records)
+        sent = [r for r in records if r.send] or records
+        start = min(r.send for r in sent)
+        end = max((r.end or r.send) for r in sent)
         return LevelRun(records, start, end)
 
 
@@ -324,3 +332,12 @@ def client_for(api: str, base_url: str, **kwargs) -> ApiClient:
     if api not in CLIENTS:
         raise ValueError(f"unknown api {api!r}")
     return CLIENTS[api](base_url, **kwargs)
+
+
+def _abandon(records: Sequence[Record], why: str) -> None:
+    """Fail every request that had not finished when its run was given up on."""
+    now = time.perf_counter()
+    for rec in records:
+        if rec.end is None:
+            rec.error = rec.error or why
+            rec.end = now if rec.send else None

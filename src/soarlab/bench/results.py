@@ -68,6 +68,7 @@ class Method:
     flush_cache: bool
     pause_after_flush_s: float
     request_timeout_s: float
+    level_timeout_s: float | None = None  # the bound on one whole run; None: unbounded
 
 
 @dataclass(frozen=True)

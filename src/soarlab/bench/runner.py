@@ -55,8 +55,14 @@ def record_row(rec: Record, level: str, repeat: int, t0: float) -> dict:
     return row
 
 
+def _level_timeout(bench) -> float | None:
+    """bench.level_timeout_s: one run of a level is abandoned after this long (null: no bound)."""
+    return float(bench.level_timeout_s) if bench.level_timeout_s else None
+
+
 async def _run_level_async(server: Server, client: ApiClient, requests, level, concurrency, bench, tokenizer, progress):
     timeout = aiohttp.ClientTimeout(total=float(bench.request_timeout_s), sock_connect=float(bench.connect_timeout_s))
+    deadline = _level_timeout(bench)
     connections = len(requests) if not concurrency else min(concurrency, len(requests))
     runs: list[tuple[LevelRun, str]] = []
     rows: list[dict] = []
@@ -68,7 +74,7 @@ async def _run_level_async(server: Server, client: ApiClient, requests, level, c
             cap = int(bench.warmup_max_tokens)
             first = requests[0]
             warm = await client.run(session, [first] * n_warm, None, timeout=timeout,
-                                    output_len=lambda r: min(r.output_len, cap))
+                                    output_len=lambda r: min(r.output_len, cap), deadline_s=deadline)
             client.finish_records(warm.records)
             ok = [r for r in warm.records if r.ok]
             warmup = Warmup(n_warm, min(first.output_len, cap), len(ok), None if ok else warm.records[0].error)
@@ -83,7 +89,8 @@ async def _run_level_async(server: Server, client: ApiClient, requests, level, c
 
                 bar = tqdm(total=len(requests), desc=f"{level} run {repeat + 1}/{bench.repeats}", unit="req", leave=False)
             run = await client.run(session, requests, concurrency, timeout=timeout,
-                                   on_done=(lambda _r: bar.update(1)) if bar is not None else None)
+                                   on_done=(lambda _r: bar.update(1)) if bar is not None else None,
+                                   deadline_s=deadline)
             if bar is not None:
                 bar.close()
             runs.append((run, flush))
@@ -151,7 +158,7 @@ def run_level(
             endpoint=client.path, stream=True, temperature=float(bench.temperature), length_control=length_control,
             seed=int(bench.seed), apply_chat_template=bool(bench.apply_chat_template), min_tokens=int(bench.min_tokens),
             flush_cache=bool(bench.flush_cache), pause_after_flush_s=float(bench.pause_after_flush_s),
-            request_timeout_s=float(bench.request_timeout_s),
+            request_timeout_s=float(bench.request_timeout_s), level_timeout_s=_level_timeout(bench),
         ),
         dataset=dataset,
         notes=notes,

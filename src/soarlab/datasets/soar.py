@@ -37,16 +37,31 @@ def iter_json_lines(path: str | Path, what: str = "dataset") -> Iterator[tuple[i
     path = Path(path)
     if not path.is_file():
         raise SoarError(f"{what} {path} not found", "give the path of a JSONL file")
-    with path.open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield number, json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SoarError(
-                    f"{path} line {number} is not valid JSON ({exc.msg})", "write one JSON object per line"
-                ) from None
+    try:
+        with path.open(encoding="utf-8") as fh:
+            for number, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    yield number, json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise SoarError(
+                        f"{path} line {number} is not valid JSON ({exc.msg})", "write one JSON object per line"
+                    ) from None
+    except UnicodeDecodeError:
+        raise SoarError(f"{what} {path} is not UTF-8 text ({_binary_kind(path)})",
+                        "give a UTF-8 JSONL file: `gunzip` a .gz, `iconv -f UTF-16 -t UTF-8` a UTF-16 file") from None
+
+
+def _binary_kind(path: Path) -> str:
+    """What a file that is not UTF-8 most likely is, from its first bytes."""
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    if head[:2] == b"\x1f\x8b":
+        return "it is gzip-compressed"
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "it is UTF-16"
+    return "it looks binary"
 
 
 def read_jsonl(path: str | Path, required_fields: Sequence[str | tuple[str, ...]] = ()) -> list[dict]:

@@ -14,7 +14,6 @@ tokenizer, profile, count and seed give the same file.
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 from soarlab.domain import CORPUS_PATH
 from soarlab.errors import SoarError

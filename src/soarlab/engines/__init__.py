@@ -9,7 +9,8 @@
 (GPU: `python -m sglang.launch_server` or the same in `docker run`), `external` (a server
 someone else started; nothing is started or stopped). A started server runs in its own
 process group with its output in `log_path`, and is always stopped when the block exits
-(also on errors and Ctrl-C).
+(also on errors, Ctrl-C and SIGTERM); it dies with this process even on SIGKILL (process.py).
+Its port is leased (lease.py): a taken `engine.port` gives a free one, said on stderr.
 """
 
 from __future__ import annotations

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from soarlab.engines.server import free_port
 
 
 @dataclass
@@ -14,21 +13,17 @@ class Endpoint:
     startup_timeout_s: float
     stop_grace_s: float
 
-    @property
-    def base_url(self) -> str:
+    def on_port(self, port: int) -> str:
+        """The base URL on `port` (the port actually leased, which can differ from the configured one)."""
         host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
-        return f"http://{host}:{self.port}"
+        return f"http://{host}:{port}"
 
 
 def endpoint(cfg) -> Endpoint:
-    """engine.host / port (0: any free port) / startup_timeout_s / stop_grace_s."""
-    host = str(cfg.engine.host)
-    port = int(cfg.engine.port)
-    if port == 0:
-        port = free_port(host if host not in ("0.0.0.0", "") else "127.0.0.1")
+    """engine.host / port (0: any free port, chosen when the port is leased) / startup_timeout_s / stop_grace_s."""
     return Endpoint(
-        host=host,
-        port=port,
+        host=str(cfg.engine.host),
+        port=int(cfg.engine.port),
         startup_timeout_s=float(cfg.engine.startup_timeout_s),
         stop_grace_s=float(cfg.engine.stop_grace_s),
     )

@@ -1,19 +1,35 @@
-"""Run a server command in its own process group, log it, wait for health, always stop it."""
+"""Run a server command in its own process group, log it, wait for health, always stop it.
+
+A server dies with the run that started it, however that run ends. A clean exit, an error, Ctrl-C
+or SIGTERM/SIGHUP (turned into an exception by the CLI) stop it in `managed_server`'s `finally`.
+SIGKILL runs no code: for it the kernel kills the server itself (PR_SET_PDEATHSIG), and whatever
+still survives (other processes of the server's group) is found through the port lease
+(soarlab.engines.lease) and stopped on the next start.
+"""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import ctypes
 import os
 import shlex
 import signal
 import subprocess
+import threading
 import time
 from collections import deque
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
 
-from soarlab.engines.server import is_healthy, port_in_use
+from soarlab.engines.lease import PortLease, lease_port, stop_group
+from soarlab.engines.server import is_healthy
 from soarlab.errors import SoarError
+
+_PR_SET_PDEATHSIG = 1
+# Looked up before any fork, so that the child only calls it; Linux only (None elsewhere: no parent-death signal).
+_prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
+_spawner = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="soarlab-spawner")
 
 
 def log_tail(log_path: Path, lines: int = 15) -> str:
@@ -26,23 +42,40 @@ def log_tail(log_path: Path, lines: int = 15) -> str:
     return " | ".join(tail)[-2000:] if tail else "(log is empty)"
 
 
-def check_port_free(host: str, port: int) -> None:
-    if port_in_use(host, port):
-        raise SoarError(
-            f"port {port} on {host} is already in use (another server is running there)",
-            "stop that server, pick another port (engine.port=31000), or use it as is with engine=external",
-        )
-
-
-def _signal_group(pgid: int, sig: int) -> bool:
-    """Send `sig` to the process group; False once the group no longer exists."""
+@contextlib.contextmanager
+def port_lease(host: str, port: int) -> Iterator[PortLease]:
+    """Hold a lease on `port` (or on a free port when it is taken; see lease_port) for the block."""
+    lease = lease_port(host, port)
     try:
-        os.killpg(pgid, sig)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # a recycled id we do not own: ours is gone
-        return False
+        yield lease
+    finally:
+        lease.release()
+
+
+def _die_with(parent_pid: int) -> Callable[[], None]:
+    def preexec() -> None:  # in the child between fork and exec; the setting survives exec
+        if _prctl is None:
+            return
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent_pid:  # the parent died before the line above: no signal would come
+            os._exit(1)
+    return preexec
+
+
+def spawn(cmd: Sequence[str], **popen_kwargs) -> subprocess.Popen:
+    """Popen in a new session, its leader SIGKILLed by the kernel when this process dies.
+
+    The parent-death signal fires when the *thread* that forked exits, not the process: a server
+    forked from a short-lived worker thread would be killed when that thread ends. So only the
+    main thread forks directly; other threads fork through one spawner thread that lives as long
+    as the process.
+    """
+    def start() -> subprocess.Popen:
+        return subprocess.Popen(list(cmd), start_new_session=True, preexec_fn=_die_with(os.getpid()), **popen_kwargs)
+
+    if threading.current_thread() is threading.main_thread():
+        return start()
+    return _spawner.submit(start).result()
 
 
 def _stop(proc: subprocess.Popen, grace_s: float, extra_stop: Callable[[], None] | None) -> None:
@@ -50,15 +83,7 @@ def _stop(proc: subprocess.Popen, grace_s: float, extra_stop: Callable[[], None]
     if extra_stop is not None:
         with contextlib.suppress(Exception):
             extra_stop()
-    _signal_group(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        proc.poll()  # reap the leader, so that a zombie does not count as alive
-        if not _signal_group(proc.pid, 0):
-            break
-        time.sleep(0.1)
-    else:
-        _signal_group(proc.pid, signal.SIGKILL)
+    stop_group(proc.pid, grace_s, reap=proc.poll)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
 
@@ -75,9 +100,13 @@ def managed_server(
     name: str = "server",
     extra_stop: Callable[[], None] | None = None,
     poll_interval_s: float = 0.5,
+    lease: PortLease | None = None,
+    container: str | None = None,
 ) -> Iterator[subprocess.Popen]:
     """Start `cmd` (own session, output to `log_path`), yield once `base_url` is healthy, stop on exit.
 
+    `lease`: the held lease of the server's port, where the server is recorded while it runs
+    (`container`: its Docker container, if any), so that a later run can find it.
     Raises SoarError naming the log and its last lines if the process exits or is not healthy
     within `startup_timeout_s`.
     """
@@ -88,13 +117,12 @@ def managed_server(
         log.write(f"$ {shlex.join(cmd)}\n".encode())
         log.flush()
         try:
-            proc = subprocess.Popen(
-                list(cmd), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, env=full_env,
-            )
+            proc = spawn(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env)
         except FileNotFoundError:
             raise SoarError(f"cannot start {name}: {cmd[0]!r} not found", "install it, or run `soarlab doctor`") from None
     try:
+        if lease is not None:
+            lease.write(proc.pid, list(cmd), log_path, container=container)
         deadline = time.monotonic() + startup_timeout_s
         while True:
             code = proc.poll()

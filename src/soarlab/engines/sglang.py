@@ -21,9 +21,10 @@ from typing import Iterator
 from omegaconf import OmegaConf
 
 from soarlab.engines.common import endpoint
-from soarlab.engines.process import check_port_free, managed_server
+from soarlab.engines.process import managed_server, port_lease
 from soarlab.engines.server import Server
 from soarlab.errors import SoarError
+from soarlab.hub import validate_model_dir
 
 # Set by the launcher from engine.host / engine.port and the model directory, never by server_args.
 RESERVED_FLAGS = ("model-path", "model", "host", "port")
@@ -144,24 +145,24 @@ def preflight(cfg) -> None:
 
 @contextlib.contextmanager
 def open_sglang(cfg, model_dir: Path, log_path: Path) -> Iterator[Server]:
-    model_dir = Path(model_dir).resolve()
-    if not (model_dir / "config.json").is_file():
-        raise SoarError(f"model directory {model_dir} has no config.json", "run `soarlab stage fetch-model` (or quantize) first")
+    model_dir = validate_model_dir(Path(model_dir).resolve())
     preflight(cfg)
     ep = endpoint(cfg)
-    check_port_free(ep.host, ep.port)
     docker = cfg.engine.launcher == "docker"
+    with port_lease(ep.host, ep.port) as lease:
+        container = container_name(lease.port) if docker else None
 
-    def docker_stop() -> None:
-        subprocess.run(["docker", "stop", "-t", str(int(ep.stop_grace_s)), container_name(ep.port)],
-                       capture_output=True, timeout=ep.stop_grace_s + 30)
+        def docker_stop() -> None:
+            subprocess.run(["docker", "stop", "-t", str(int(ep.stop_grace_s)), container],
+                           capture_output=True, timeout=ep.stop_grace_s + 30)
 
-    with managed_server(
-        build_command(cfg, model_dir, ep.host, ep.port),
-        base_url=ep.base_url, log_path=log_path, startup_timeout_s=ep.startup_timeout_s,
-        stop_grace_s=ep.stop_grace_s, name="sglang server", extra_stop=docker_stop if docker else None,
-    ):
-        yield Server(
-            base_url=ep.base_url, api="sglang", model=served_model_name(cfg, model_dir), supports_ignore_eos=True,
-            has_flush_cache=True, log_path=Path(log_path),
-        )
+        with managed_server(
+            build_command(cfg, model_dir, ep.host, lease.port),
+            base_url=ep.on_port(lease.port), log_path=log_path, startup_timeout_s=ep.startup_timeout_s,
+            stop_grace_s=ep.stop_grace_s, name="sglang server", extra_stop=docker_stop if docker else None,
+            lease=lease, container=container,
+        ):
+            yield Server(
+                base_url=ep.on_port(lease.port), api="sglang", model=served_model_name(cfg, model_dir),
+                supports_ignore_eos=True, has_flush_cache=True, log_path=Path(log_path),
+            )

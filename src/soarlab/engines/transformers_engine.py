@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Iterator
 
 from soarlab.engines.common import endpoint
-from soarlab.engines.process import check_port_free, managed_server
+from soarlab.engines.process import managed_server, port_lease
 from soarlab.engines.server import Server
-from soarlab.errors import SoarError
+from soarlab.hub import validate_model_dir
 
 
 def build_command(cfg, model_dir: Path, host: str, port: int) -> list[str]:
@@ -27,18 +27,15 @@ def build_command(cfg, model_dir: Path, host: str, port: int) -> list[str]:
 
 @contextlib.contextmanager
 def open_transformers(cfg, model_dir: Path, log_path: Path) -> Iterator[Server]:
-    model_dir = Path(model_dir).resolve()
-    if not (model_dir / "config.json").is_file():
-        raise SoarError(f"model directory {model_dir} has no config.json", "run `soarlab stage fetch-model` (or quantize) first")
+    model_dir = validate_model_dir(Path(model_dir).resolve())
     ep = endpoint(cfg)
-    check_port_free(ep.host, ep.port)
     env = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_UPDATE_CHECK": "1", "TOKENIZERS_PARALLELISM": "false"}
-    with managed_server(
-        build_command(cfg, model_dir, ep.host, ep.port),
-        base_url=ep.base_url, log_path=log_path, startup_timeout_s=ep.startup_timeout_s,
-        stop_grace_s=ep.stop_grace_s, env=env, name="transformers serve",
+    with port_lease(ep.host, ep.port) as lease, managed_server(
+        build_command(cfg, model_dir, ep.host, lease.port),
+        base_url=ep.on_port(lease.port), log_path=log_path, startup_timeout_s=ep.startup_timeout_s,
+        stop_grace_s=ep.stop_grace_s, env=env, name="transformers serve", lease=lease,
     ):
         yield Server(
-            base_url=ep.base_url, api="openai", model=str(model_dir), supports_ignore_eos=False,
+            base_url=ep.on_port(lease.port), api="openai", model=str(model_dir), supports_ignore_eos=False,
             has_flush_cache=False, log_path=Path(log_path),
         )

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Mapping, Sequence
 
 from soarlab.domain import LEVELS
@@ -32,13 +33,16 @@ def coefficient(norm: float, c_table: Sequence[Mapping], c_floor: float) -> floa
 def speed_scores(durations: Mapping[str, float], best: Mapping[str, float], scale: float) -> dict[str, float]:
     for level in LEVELS:
         for name, table in (("duration", durations), ("best duration", best)):
-            if not table.get(level) or table[level] <= 0:
-                raise SoarError(f"{name} of {level} is missing or not positive", f"give a positive number of seconds for {_LEVELS_TEXT}")
+            if not table.get(level) or not math.isfinite(table[level]) or table[level] <= 0:
+                raise SoarError(f"{name} of {level} is missing or not a positive number ({table.get(level)})",
+                                f"give a positive number of seconds for {_LEVELS_TEXT}")
     return {level: scale * best[level] / durations[level] for level in LEVELS}
 
 
 def final_score(durations: Mapping[str, float], best: Mapping[str, float], ori: float, baseline: float, score_cfg) -> dict:
     """Everything RULES.md 1 defines, rounded as the platform shows it."""
+    if not math.isfinite(ori) or not 0 <= ori <= 100:
+        raise SoarError(f"raw accuracy {ori} is not a percentage", "give the raw accuracy as a number from 0 to 100")
     speeds = speed_scores(durations, best, score_cfg.speed_scale)
     performance = sum(score_cfg.weights[level] * speeds[level] for level in LEVELS)
     norm = normalized_accuracy(ori, baseline, score_cfg.accuracy_cap)

@@ -26,8 +26,10 @@ if [ ! -f "$input/config.json" ]; then
     exit 2
 fi
 input="$(cd "$input" && pwd)"
-mkdir -p "$output"
-output="$(cd "$output" && pwd)"
+# soarlab writes the model into a temporary folder beside --output and renames it into place, so
+# nothing is created here: a failed run leaves no (empty) output folder behind.
+mkdir -p "$(dirname "$output")"
+output="$(cd "$(dirname "$output")" && pwd)/$(basename "$output")"
 
 py="${SOARLAB_PYTHON:-$(command -v python3 || command -v python)}"
 export PYTHONPATH="$here/soarlab/src${PYTHONPATH:+:$PYTHONPATH}"

@@ -56,16 +56,17 @@ def check_checkpoint(model_dir: str | Path, exclude: Iterable[str]) -> list[str]
     import torch
     from safetensors import safe_open
 
+    from soarlab.hub import read_model_config, validate_model_dir
     from soarlab.quant.packing import unpack_cols
 
     d = Path(model_dir)
     if not d.is_dir():
         raise SoarError(f"{d} is not a directory", "pass the quantized model directory")
     problems: list[str] = []
-    cfg_path = d / "config.json"
-    if not cfg_path.is_file():
-        return [f"config.json missing in {d}"]
-    config = json.loads(cfg_path.read_text())
+    try:
+        config = validate_model_dir(d) and read_model_config(d)
+    except SoarError as exc:
+        return [exc.problem]
     exclude = [re.compile(p) for p in exclude]
 
     # --- config.json

@@ -19,12 +19,11 @@ import csv
 import json
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from soarlab.atomic import atomic_dir
+from soarlab.atomic import atomic_dir, scratch_dir
 from soarlab.errors import SoarError
 
 WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.bin.index.json", "*.pt", "*.pth")
@@ -116,7 +115,7 @@ def _gptq(input_dir: Path, out_dir: Path, qcfg, plan, cal: dict, samples: list[d
                                 damp_auto_increment=float(qcfg.damp_auto_increment),
                                 act_group_aware=bool(qcfg.act_group_aware) and not bool(qcfg.desc_act))
     torch.manual_seed(int(cal["seed"]))  # same inputs, same bytes (tests/test_quantize.py quantizes twice)
-    with _gptqmodel_logs_elsewhere():
+    with _gptqmodel_logs_elsewhere(out_dir.parent):
         model = GPTQModel.load(str(input_dir), config, trust_remote_code=True, dtype=torch.bfloat16)
         if qcfg.method == "rtn":
             model.quantize(None)
@@ -143,19 +142,20 @@ def _take_quant_log(out_dir: Path) -> list[dict]:
 
 
 @contextlib.contextmanager
-def _gptqmodel_logs_elsewhere():
+def _gptqmodel_logs_elsewhere(beside: Path):
     """GPTQModel 7.6 prints two tables per layer (a row per quantized module; the timing of its
     regions) and writes the module rows into ./logs of whatever folder it runs in (the project root,
     under DVC). The report keeps the module numbers (`gptq_log`, from quant_log.csv) and our own
-    timings, so neither table is printed and the files go to a folder removed afterwards; its
-    progress bars, warnings and errors still show."""
+    timings, so neither table is printed and the files go to a scratch folder beside the output,
+    removed afterwards (and by the next run, if this one is killed); its progress bars, warnings and
+    errors still show."""
     from gptqmodel.looper import loop_processor
     from gptqmodel.utils.logger import QuantizationRegionTimer
 
     processor = loop_processor.LoopProcessor
     saved = loop_processor._PROJECT_LOG_DIR, processor.log_new_row, QuantizationRegionTimer.flush
-    with tempfile.TemporaryDirectory(prefix="gptqmodel-logs-") as tmp:
-        loop_processor._PROJECT_LOG_DIR = Path(tmp)
+    with scratch_dir(beside, "gptqmodel-logs") as tmp:
+        loop_processor._PROJECT_LOG_DIR = tmp
         processor.log_new_row = lambda self, stat: None
         QuantizationRegionTimer.flush = lambda self: None
         try:
@@ -172,6 +172,7 @@ def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg, mod
     from soarlab.quant import report as rep
     from soarlab.quant.calibration import calibration_samples
     from soarlab.quant.check import check_checkpoint
+    from soarlab.hub import validate_model_dir
     from soarlab.quant.rules import build_plan, inventory, read_config
 
     t_start = time.perf_counter()
@@ -185,6 +186,7 @@ def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg, mod
         raise SoarError(f"quant.method is {method!r}", "use gptq, rtn or none")
     if method != "none" and not qcfg.sym:
         raise SoarError("quant.sym is false", "gptq_marlin requires symmetric quantization: set quant.sym=true")
+    validate_model_dir(input_dir)
     base_config = read_config(input_dir)
     if "quantization_config" in base_config:
         raise SoarError(f"{input_dir} is already quantized", "quantize the original bf16 checkpoint")

@@ -12,7 +12,6 @@ quantized; a rule that would quantize one is an error unless it says `override_e
 
 from __future__ import annotations
 
-import json
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -67,10 +66,9 @@ def weight_shapes(model_dir: str | Path) -> dict[str, tuple[int, ...]]:
 
 
 def read_config(model_dir: str | Path) -> dict:
-    path = Path(model_dir) / "config.json"
-    if not path.is_file():
-        raise SoarError(f"{model_dir} has no config.json", "point at a Hugging Face model directory")
-    return json.loads(path.read_text())
+    from soarlab.hub import read_model_config
+
+    return read_model_config(model_dir)
 
 
 def inventory(model_dir: str | Path) -> list[Module]:

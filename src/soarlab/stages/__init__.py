@@ -10,5 +10,20 @@ from soarlab.config import load_params
 
 def run_stage_cli(args) -> int:
     module = importlib.import_module(f"soarlab.stages.{args.name.replace('-', '_')}")
-    module.run(load_params(args.params))
+    cfg = load_params(args.params)  # validated (soarlab.schema): a bad engine.port fails every stage at once
+    _remove_leftovers(cfg)
+    module.run(cfg)
     return 0
+
+
+def _remove_leftovers(cfg) -> None:
+    """What killed runs left half-written (soarlab.atomic temporaries): removed before any stage runs,
+    so that it is never taken for output nor tracked."""
+    import shutil
+
+    from soarlab.atomic import project_temp_outputs
+    from soarlab.paths import project_root
+
+    for path in project_temp_outputs(project_root(), cfg.paths):
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        print(f"soarlab: removed {path} (left by a run that was killed)")

@@ -1,0 +1,83 @@
+"""What earlier runs left behind, for `soarlab doctor`: stale servers of ours, half-written outputs,
+a process on the configured port. One row each, (name, ok, detail), the detail ending in the fix."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import tempfile
+from pathlib import Path
+
+from soarlab.atomic import project_temp_outputs
+from soarlab.engines.lease import PortLease, listener_pids, orphan_servers, stale_servers
+from soarlab.engines.server import port_in_use
+from soarlab.errors import SoarError
+
+Row = tuple[str, bool, str]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()[:120]
+    except OSError:
+        return "?"
+
+
+def _project_params():
+    """The project's params.yaml around the current folder, or None outside a project."""
+    from omegaconf import OmegaConf
+
+    from soarlab.paths import project_root
+
+    try:
+        root = project_root()
+    except SoarError:
+        return None, None
+    params = root / "params.yaml"
+    return root, (OmegaConf.load(params) if params.is_file() else None)
+
+
+def server_rows() -> list[Row]:
+    rows = [("stale server", False, f"{r.describe()}. Fix: kill -TERM -{r.pgid}") for r in stale_servers()]
+    rows += [("stale server", False, f"pid {pid}, orphaned (parent 1): {cmd[:160]}. Fix: kill -TERM -{_pgid(pid)}")
+             for pid, cmd in orphan_servers()]
+    return rows or [("stale servers", True, "none of ours outlived its run")]
+
+
+def _pgid(pid: int) -> int:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return pid
+
+
+def temp_output_rows(root: Path | None, cfg) -> list[Row]:
+    found = project_temp_outputs(root, cfg.paths) if root is not None and cfg is not None else []
+    found += sorted(Path(tempfile.gettempdir()).glob("gptqmodel-logs-*"))  # left by SOAR Lab before 2026-12
+    if not found:
+        return [("temp outputs", True, "no half-written outputs left by killed runs")]
+    paths = " ".join(shlex.quote(str(p)) for p in found)
+    return [("temp outputs", False, f"{len(found)} left by killed runs ({paths[:300]}). "
+                                    f"Fix: rm -rf {paths} (the next stage run also removes those in the project)")]
+
+
+def port_rows(cfg) -> list[Row]:
+    if cfg is None or str(cfg.engine.get("name")) == "external" or not str(cfg.engine.get("port", "")).isdigit():
+        return []
+    port = int(cfg.engine.port)
+    if not port or not port_in_use("127.0.0.1", port):
+        return [(f"port {port}", True, "engine.port is free")] if port else []
+    lease = PortLease(port)
+    if not lease.acquire():
+        return [(f"port {port}", True, "in use by a running soarlab run; others take a free port meanwhile")]
+    lease.release(forget=False)
+    pids = listener_pids(port)
+    who = "; ".join(f"pid {pid}: {_cmdline(pid)}" for pid in pids) or "a process this user cannot see"
+    kill = f"kill {' '.join(map(str, pids))}, or " if pids else ""
+    return [(f"port {port}", False, f"engine.port {port} is taken by {who}; runs serve on a free port instead. "
+                                    f"Fix: {kill}set engine.port to a free port (engine.port=0: any)")]
+
+
+def collect() -> list[Row]:
+    root, cfg = _project_params()
+    return server_rows() + temp_output_rows(root, cfg) + port_rows(cfg)

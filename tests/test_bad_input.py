@@ -1,0 +1,255 @@
+"""Every error a user can cause ends in one line, `soarlab: error: <problem>. Fix: <fix>`, with a non-zero
+exit and no traceback (issue 12, part 2). Each case runs the real `soarlab` command in a subprocess.
+
+A read-only reports/ and a full disk are real: a read-only bind mount and a 64 KiB tmpfs, mounted in a
+private mount namespace (`unshare -rm`, which needs no root). Where the kernel refuses such namespaces,
+the same errors are injected at the OS boundary instead (a `sitecustomize` that makes writes under
+reports/ fail with EROFS / ENOSPC), and the test says so in its output.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from soarlab.config import compose
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def soarlab(*args: str, cwd: Path | None = None, env: dict | None = None, prefix: list[str] | None = None):
+    cmd = [*(prefix or []), sys.executable, "-m", "soarlab.cli", *args]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
+
+
+def assert_one_line_error(proc, *expected: str) -> str:
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in lines if line.startswith("soarlab: error: ")]
+    assert len(errors) == 1 and " Fix: " in errors[0], proc.stderr
+    for text in expected:
+        assert text in errors[0], errors[0]
+    return errors[0]
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    """conf/ and a params.yaml, with every path absolute under tmp_path."""
+    proj = tmp_path / "proj"
+    shutil.copytree(ROOT / "conf", proj / "conf")
+    return proj
+
+
+def write_params(proj: Path, *overrides: str) -> Path:
+    cfg = compose([f"paths.reports={proj / 'reports'}", f"paths.data={proj / 'data'}",
+                   f"paths.base_model={proj / 'models' / 'base'}", f"paths.quantized_model={proj / 'models' / 'quantized'}",
+                   *overrides], root=proj)
+    path = proj / "params.yaml"
+    path.write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    return path
+
+
+# --- datasets -----------------------------------------------------------------------------------------
+
+GOOD_ROW = {"task": "mcq", "question": "2+2? A) 3 B) 4", "gold": "B"}
+
+
+@pytest.mark.parametrize("kind, expected", [
+    ("binary", "looks binary"), ("gzip", "gzip-compressed"), ("utf16", "UTF-16"),
+])
+def test_binary_gzip_utf16_datasets(tmp_path, kind, expected):
+    text = json.dumps(GOOD_ROW) + "\n"
+    data = {"binary": bytes(range(256)) * 4, "gzip": gzip.compress(text.encode()), "utf16": text.encode("utf-16")}[kind]
+    bad = tmp_path / f"set.{kind}.jsonl"
+    bad.write_bytes(data)
+    preds = tmp_path / "predictions.jsonl"
+    preds.write_text(json.dumps({"prediction": "B"}) + "\n")
+    # the correctness set (eval-score) and the speed set (fetch-data with bench.dataset.path) read the same way
+    assert_one_line_error(soarlab("eval-score", "--dataset", str(bad), "--predictions", str(preds)), "not UTF-8", expected)
+    proj = tmp_path / "proj"
+    shutil.copytree(ROOT / "conf", proj / "conf")
+    params = write_params(proj, f"bench.dataset.path={bad}")
+    assert_one_line_error(soarlab("stage", "fetch-data", "--params", str(params), cwd=proj), "not UTF-8", expected)
+    assert not (proj / "data" / "speed.jsonl").exists()
+
+
+# --- model files --------------------------------------------------------------------------------------
+
+
+def corrupt(model_dir: Path, tmp_path: Path, how: str) -> Path:
+    bad = tmp_path / f"model-{how}"
+    shutil.copytree(model_dir, bad)
+    weights = bad / "model.safetensors"
+    if how == "truncated":
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    elif how == "zero-byte":
+        weights.write_bytes(b"")
+    elif how == "config-not-json":
+        (bad / "config.json").write_text("{ this is not json")
+    elif how == "config-list":
+        (bad / "config.json").write_text("[1, 2, 3]")
+    return bad
+
+
+CASES = [("truncated", "not a complete safetensors file"), ("zero-byte", "not a complete safetensors file"),
+         ("config-not-json", "is not valid JSON"), ("config-list", "holds a JSON list, not an object")]
+
+
+@pytest.mark.parametrize("how, expected", CASES)
+def test_corrupt_model_prepare_model_and_check_checkpoint(tiny_model_dir, tmp_path, how, expected):
+    bad = corrupt(tiny_model_dir, tmp_path, how)
+    out = tmp_path / "out" / "quantized"
+    assert_one_line_error(soarlab("prepare-model", "--input", str(bad), "--output", str(out), "quant=rtn_w4", cwd=ROOT),
+                          expected)
+    assert not out.exists() and (not out.parent.exists() or list(out.parent.glob(".*")) == [])  # no temp left
+    check = soarlab("check-checkpoint", str(bad))
+    assert check.returncode == 1 and "Traceback" not in check.stderr and expected in check.stdout, check.stdout + check.stderr
+
+
+@pytest.mark.parametrize("how, expected", CASES)
+def test_corrupt_model_refused_before_a_server_starts(tiny_model_dir, tmp_path, how, expected):
+    from soarlab.engines import open_engine
+    from soarlab.errors import SoarError
+
+    bad = corrupt(tiny_model_dir, tmp_path, how)
+    cfg = compose(["engine.port=0"])
+    with pytest.raises(SoarError, match=expected):
+        with open_engine(cfg, bad, tmp_path / "server.log"):
+            pass
+    assert not (tmp_path / "server.log").exists()  # refused before anything was launched
+
+
+def test_prepare_model_sh_leaves_no_output_folder_on_failure(tiny_model_dir, tmp_path, monkeypatch):
+    from test_package import make_cfg
+
+    from soarlab.stages import package
+
+    proj = tmp_path / "proj"
+    shutil.copytree(ROOT / "conf", proj / "conf")
+    shutil.copytree(ROOT / "src" / "soarlab", proj / "src" / "soarlab", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", proj / "pyproject.toml")
+    monkeypatch.chdir(proj)
+    out = package.run(make_cfg(quant=OmegaConf.to_container(compose(["quant=rtn_w4"], root=ROOT).quant, resolve=True)))
+    bad = corrupt(tiny_model_dir, tmp_path, "truncated")
+    target = tmp_path / "processed"
+    proc = subprocess.run(["bash", str(out / "submission" / "prepare_model.sh"), "--input", str(bad), "--output", str(target)],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "SOARLAB_PYTHON": sys.executable})
+    assert_one_line_error(proc, "not a complete safetensors file")
+    assert not target.exists() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+# --- values -------------------------------------------------------------------------------------------
+
+
+def test_score_rejects_nan_and_never_prints_it():
+    for value in ("nan", "inf", "-5", "101"):
+        proc = soarlab("score", "--durations", "S1=2,S8=2,Smax=2", "--best", "S1=1,S8=1,Smax=1", "--ori-accuracy", value)
+        assert_one_line_error(proc, "not a percentage")
+        assert "NaN" not in proc.stdout and "Infinity" not in proc.stdout
+    proc = soarlab("score", "--durations", "S1=nan,S8=2,Smax=2", "--best", "S1=1,S8=1,Smax=1", "--ori-accuracy", "80")
+    assert_one_line_error(proc, "duration of S1")
+
+
+@pytest.mark.parametrize("port, expected", [("notaport", "should be a valid integer"), ("99999", "less than or equal to 65535")])
+def test_bad_engine_port_at_params_and_at_stage_run(project, tmp_path, port, expected):
+    assert_one_line_error(soarlab("params", f"engine.port={port}", "--output", str(tmp_path / "p.yaml"), cwd=project),
+                          "engine.port", expected)
+    assert not (tmp_path / "p.yaml").exists()
+    # a params.yaml written by hand (or by `dvc exp run -S`) is refused by every stage before it runs, in one line
+    params = write_params(project)
+    params.write_text(params.read_text().replace("port: 30000", f"port: {port}"))
+    for stage in ("package", "bench"):
+        assert_one_line_error(soarlab("stage", stage, "--params", str(params), cwd=project), "engine.port", expected)
+    assert not (project / "reports").exists()
+
+
+def test_debug_prints_the_traceback(project, tmp_path):
+    for extra, env in ((["--debug"], {}), ([], {"SOARLAB_DEBUG": "1"})):
+        proc = soarlab(*extra, "params", "engine.port=notaport", "--output", str(tmp_path / "p.yaml"), cwd=project, env=env)
+        assert proc.returncode != 0 and "Traceback" in proc.stderr and "soarlab: error: config key engine.port" in proc.stderr
+
+
+# --- file system: read-only, full -----------------------------------------------------------------------
+
+# Writes under reports/ fail as the file system would; used only where mount namespaces are refused.
+INJECT = """
+import builtins, errno, os
+_code = int(os.environ["SOARLAB_TEST_ERRNO"]); _where = os.environ["SOARLAB_TEST_DIR"]
+_open = builtins.open
+def _fail(path):
+    raise OSError(_code, os.strerror(_code), str(path))
+def open(file, mode="r", *a, **k):
+    if any(c in mode for c in "wax+") and str(file).startswith(_where):
+        _fail(file)
+    return _open(file, mode, *a, **k)
+builtins.open = open
+_mkstemp_open = os.open
+def _os_open(path, flags, *a, **k):
+    if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) and str(path).startswith(_where):
+        _fail(path)
+    return _mkstemp_open(path, flags, *a, **k)
+os.open = _os_open
+"""
+
+
+def namespaces_work() -> bool:
+    return shutil.which("unshare") is not None and subprocess.run(
+        ["unshare", "-rm", "true"], capture_output=True).returncode == 0
+
+
+def score_project(project: Path) -> Path:
+    params = write_params(project, "score.reference.source=config",
+                          "score.reference.durations.S1=1", "score.reference.durations.S8=1", "score.reference.durations.Smax=1")
+    for stage, metrics in (("bench", {"S1_duration_s": 2, "S8_duration_s": 2, "Smax_duration_s": 2}),
+                           ("accuracy", {"ori_accuracy": 80.0})):
+        (project / "reports" / stage).mkdir(parents=True)
+        (project / "reports" / stage / "metrics.json").write_text(json.dumps(metrics))
+    # what the reference stage writes with score.reference.source=config
+    reference = {"source": "config", "durations": {"S1": 1.0, "S8": 1.0, "Smax": 1.0}, "runs": 0}
+    (project / "reports" / "reference.json").write_text(json.dumps(reference))
+    return params
+
+
+@pytest.mark.parametrize("case, mount, code, expected", [
+    ("read-only reports/", "mount --bind reports reports && mount -o remount,bind,ro reports", 30,
+     ("Read-only file system", "read-only")),
+    ("full disk", "cp -r reports /tmp/r.$$ && mount -t tmpfs -o size=64k tmpfs reports && cp -r /tmp/r.$$/. reports/ "
+                  "&& (dd if=/dev/zero of=reports/filler bs=4k 2>/dev/null; true)", 28,
+     ("No space left on device", "df -h")),
+])
+def test_read_only_reports_and_full_disk(project, case, mount, code, expected, capsys):
+    params = score_project(project)
+    if namespaces_work():
+        cmd = f"cd {project} && {mount} && exec {sys.executable} -m soarlab.cli stage score --params {params}"
+        proc = subprocess.run(["unshare", "-rm", "sh", "-c", cmd], capture_output=True, text=True, timeout=300)
+    else:
+        with capsys.disabled():
+            print(f"\n{case}: mount namespaces refused here; the error is injected at the OS boundary instead")
+        inject = project / "inject"
+        inject.mkdir()
+        (inject / "sitecustomize.py").write_text(INJECT)
+        env = {"PYTHONPATH": f"{inject}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "SOARLAB_TEST_ERRNO": str(code),
+               "SOARLAB_TEST_DIR": str(project / "reports")}
+        proc = soarlab("stage", "score", "--params", str(params), cwd=project, env=env)
+    assert_one_line_error(proc, *expected)
+
+
+def test_os_errors_map_to_one_line_with_their_fix():
+    """The mapping itself, for the errors a test cannot cause as root (EACCES) as well."""
+    import errno
+
+    from soarlab.errors import error_line
+
+    for code, fix in ((errno.EACCES, "chmod u+w"), (errno.ENOSPC, "df -h"), (errno.EROFS, "read-only")):
+        line, exit_code = error_line(OSError(code, os.strerror(code), "/x/reports/score.json"))
+        assert exit_code == 1 and line.startswith(os.strerror(code)) and "'/x/reports/score.json'" in line
+        assert line.count(". Fix: ") == 1 and fix in line.split(". Fix: ")[1]
