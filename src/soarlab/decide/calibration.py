@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -193,7 +194,6 @@ def log_predictions(cfg, run_ids: Sequence[str] | None = None) -> None:
     """Store each run's predicted official figures as `predicted.*` metrics (step = submissions used).
     Without a submission there is nothing to predict beyond the local score, so nothing is logged."""
     from mlflow.entities import Metric
-    import time
 
     from soarlab.decide.runs import load_runs
 

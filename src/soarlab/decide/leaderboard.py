@@ -48,7 +48,8 @@ def rows(runs: list[RunRecord], calibration: Calibration, cfg) -> list[dict]:
     table = [(_row(run, predict(local, run, cfg.score), predict(calibration, run, cfg.score) if calibrated else None), run)
              for run in runs]
     key = "predicted_final" if calibrated else "final"
-    table.sort(key=lambda pair: (pair[0].get(key) is None, -(pair[0].get(key) or 0.0)))
+    # Equal finals (e.g. all at C = 0) are ordered by speed.
+    table.sort(key=lambda pair: (pair[0].get(key) is None, -(pair[0].get(key) or 0.0), -(pair[0]["performance"] or 0.0)))
     for row, run in table:
         row["differs_from_best"] = ", ".join(config_delta(run.params, table[0][1].params, cfg.decide.incidental_params))
     return [dict(rank=i + 1, **row) for i, (row, _) in enumerate(table)]
