@@ -25,7 +25,9 @@ from conftest import make_project
 pytestmark = pytest.mark.slow
 
 FAST_S, SLOW_S = 0.01, 0.03
-COMMON = ["-S", "engine=external", "-S", "bench.repeats=3", "-S", "bench.pause_after_flush_s=0", "-S", "eval.retries=0"]
+# The served answers are the loopback's, so the tiny model is neither trained nor quantized (CPU time).
+COMMON = ["-S", "quant=none", "-S", "model.tiny.train_steps=0", "-S", "engine=external", "-S", "bench.repeats=3",
+          "-S", "bench.pause_after_flush_s=0", "-S", "eval.retries=0"]
 
 
 def _run(cmd: list[str], lab, ok=(0,)) -> subprocess.CompletedProcess:
@@ -63,8 +65,8 @@ def test_mlflow_reads_what_the_ui_shows(lab):
     assert lab["experiment"].tags["mlflow.experimentKind"] == "custom_model_development"
     assert lab["count"] == 3 and "no new run logged" in lab["noop"]  # the no-op `dvc repro` added no run
     fast, slow = runs["fast1"], runs["slow"]
-    assert fast.info.run_name == "gptq_w4 · engine=external, bench.pause_after_flush_s=0, bench.repeats=3, eval.retries=0"
-    assert slow.info.run_name.endswith("bench.repeats=3, bench.warmup_max_tokens=16, eval.retries=0")
+    assert fast.info.run_name == "none · engine=external, bench.pause_after_flush_s=0, bench.repeats=3, eval.retries=0, model.tiny.train_steps=0"
+    assert slow.info.run_name.endswith("bench.repeats=3, bench.warmup_max_tokens=16, eval.retries=0, model.tiny.train_steps=0")
     assert fast.data.tags["git.dirty"] == "False"
     # The run spans the pipeline: it starts when its first stage started (fetch-model for the first run).
     first_stage = json.loads((dest / "reports" / "logs" / "stages.jsonl").read_text().splitlines()[0])
@@ -101,7 +103,7 @@ def test_compare_slower_and_within_noise(lab):
 
 def test_leaderboard_order_and_config_difference(lab, tmp_path):
     rows = _json(["soarlab", "leaderboard", "--format", "json", "--plot", str(tmp_path / "p.png")], lab)
-    assert [r["run"].startswith("gptq_w4") for r in rows] == [True] * 3
+    assert [r["run"].startswith("none · engine=external") for r in rows] == [True] * 3
     assert rows[-1]["run_id"] == lab["runs"]["slow"].info.run_id  # slowest last (all at C = 0: ordered by speed)
     assert rows[0]["differs_from_best"] == rows[1]["differs_from_best"] == ""  # engine.url is incidental
     assert rows[-1]["differs_from_best"] == "bench.warmup_max_tokens=16"
@@ -110,7 +112,7 @@ def test_leaderboard_order_and_config_difference(lab, tmp_path):
     assert [a.path for a in lab["client"].list_artifacts(board[0].info.run_id, "leaderboard")] == ["leaderboard/p.png"]
     table = _run(["soarlab", "leaderboard", "--no-plot", "--format", "markdown"], lab).stdout
     assert table.splitlines()[1].startswith("|--") and "bench.warmup_max_tokens=16" in table
-    assert _run(["soarlab", "leaderboard", "--no-plot", "--format", "csv"], lab).stdout.startswith("rank,run,run_id,final")
+    assert _run(["soarlab", "leaderboard", "--no-plot", "--format", "csv"], lab).stdout.startswith("rank,run,run_id,experiment,final")
     assert _json(["soarlab", "leaderboard", "--no-plot", "--format", "json", "--model", "minicpm_sala"], lab) == []
     sha = lab["runs"]["slow"].data.tags["soarlab.speed_set_sha"][:10]
     assert len(_json(["soarlab", "leaderboard", "--no-plot", "--format", "json", "--speed-set", sha], lab)) == 3

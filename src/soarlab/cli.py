@@ -103,7 +103,7 @@ def _add_decide_commands(sub) -> None:
     p.set_defaults(run=_handler("soarlab.decide.compare:compare_cli"))
 
     p = sub.add_parser("record-submission", help="store the platform's official figures on a run")
-    p.add_argument("run", help="run id, DVC experiment name or best")
+    p.add_argument("target", metavar="RUN", help="run id, DVC experiment name or best")
     for level in ("S1", "S8", "Smax"):
         p.add_argument(f"--{level}", type=float, help=f"official {level} Benchmark duration (s)")
     p.add_argument("--accuracy", type=float, help="official raw accuracy (ori, percent)")
@@ -114,7 +114,7 @@ def _add_decide_commands(sub) -> None:
     p.set_defaults(run=_handler("soarlab.decide.submission:record_submission_cli"))
 
     p = sub.add_parser("gate", help="exit 0 only if RUN's predicted official final beats the reference beyond noise")
-    p.add_argument("run", help="run id, DVC experiment name or best")
+    p.add_argument("target", metavar="RUN", help="run id, DVC experiment name or best")
     p.add_argument("--against", help="submitted (default: decide.gate.against), best, or a run")
     p.add_argument("--min-gain", type=float, help="points of final to win beyond noise (default: decide.gate.min_gain)")
     p.add_argument("--experiment", help="MLflow experiment (default: tracking.experiment)")

@@ -57,7 +57,7 @@ def gate_cli(args) -> int:
     for warning in calibration.warnings:
         print(f"soarlab: warning: {warning}", file=sys.stderr)
     rank = by_predicted_final(calibration, cfg.score)
-    run, ref = resolve(args.run, runs, rank), resolve(against, runs, rank)
+    run, ref = resolve(args.target, runs, rank), resolve(against, runs, rank)
     if run.run_id == ref.run_id:
         raise SoarError(f"the run and the reference ({against}) are the same run {run.run_id[:8]}", "gate another run, or pick another --against")
     prediction = predict(calibration, run, cfg.score)

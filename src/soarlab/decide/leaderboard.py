@@ -20,13 +20,14 @@ from soarlab.decide.run_page import config_delta
 from soarlab.decide.runs import KIND_TAG, RunRecord
 from soarlab.metrics.scoring import LEVELS
 
-FORMATS = ("table", "csv", "json", "markdown")
+_NAME_CHARS = 48  # run names in the table; JSON and CSV keep them whole
 
 
 def _row(run: RunRecord, local, official) -> dict:
-    row = {"run": run.name, "run_id": run.run_id, "final": local.final[0] if local else None,
+    row = {"run": run.name, "run_id": run.run_id, "experiment": run.tags.get("dvc.experiment", ""), "final": local.final[0] if local else None,
            "performance": local.performance if local else None,
-           "normalized_accuracy": local.normalized_accuracy if local else None, "C": run.metrics.get("accuracy.C"),
+           "normalized_accuracy": local.normalized_accuracy if local else None,
+           "C": local.C[0] if local else run.metrics.get("accuracy.C"),
            "ori": run.ori, "ori_low": None, "ori_high": None}
     if run.ori_interval:
         row["ori_low"], row["ori_high"] = run.ori_interval
@@ -63,7 +64,8 @@ def _cell(value) -> str:
 
 def _display(row: dict) -> dict:
     """The columns people read: intervals and spreads folded into one cell each."""
-    out = {"#": row["rank"], "run": row["run"], "id": row["run_id"][:8], "final": _cell(row["final"]), "C": _cell(row["C"]),
+    name = row["run"] if len(row["run"]) <= _NAME_CHARS else row["run"][: _NAME_CHARS - 1] + "…"
+    out = {"#": row["rank"], "DVC exp": row["experiment"] or "-", "run": name, "id": row["run_id"][:8], "final": _cell(row["final"]), "C": _cell(row["C"]),
            "ori [interval]": f"{_cell(row['ori'])} [{_cell(row['ori_low'])}, {_cell(row['ori_high'])}]"}
     for level in LEVELS:
         spread = f" ±{row[f'{level}_spread_s'] / 2:.2f}" if row.get(f"{level}_spread_s") is not None else ""
@@ -100,7 +102,7 @@ def pareto_plot(table: list[dict], target: Path) -> Path | None:
 
     from soarlab.atomic import atomic_path
 
-    points = [(r["normalized_accuracy"], r["performance"], r["run"]) for r in table
+    points = [(r["normalized_accuracy"], r["performance"], r["experiment"] or r["run"]) for r in table
               if r["normalized_accuracy"] is not None and r["performance"] is not None]
     if not points:
         return None

@@ -43,7 +43,7 @@ def record_submission_cli(args) -> int:
     durations = {"S1": args.S1, "S8": args.S8, "Smax": args.Smax}
     check_figures(durations, args.accuracy, args.final, cfg.score)
     client, _, runs = load_runs(cfg)
-    run = resolve(args.run, runs, by_predicted_final(fit(runs, cfg), cfg.score))
+    run = resolve(args.target, runs, by_predicted_final(fit(runs, cfg), cfg.score))
     if not run.valid or run.ori is None:
         raise SoarError(f"run {run.run_id} has no valid local durations and accuracy to calibrate against", "record the submission on a run whose bench and accuracy stages succeeded")
     if run.submitted:
