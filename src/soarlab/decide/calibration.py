@@ -195,16 +195,16 @@ def log_predictions(cfg, run_ids: Sequence[str] | None = None) -> None:
     Without a submission there is nothing to predict beyond the local score, so nothing is logged."""
     from mlflow.entities import Metric
 
-    from soarlab.decide.runs import load_runs
+    from soarlab.decide.runs import fill_repeats, load_runs
 
-    client, _, runs = load_runs(cfg)
-    calibration = fit(runs, cfg)
-    if not calibration.submissions:
+    client, _, runs = load_runs(cfg, with_repeats=False)
+    if not any(r.submitted for r in runs):
         return
+    targets = [r for r in runs if run_ids is None or r.run_id in run_ids]
+    fill_repeats(client, {r.run_id: r for r in [*targets, *(r for r in runs if r.submitted)]}.values())
+    calibration = fit(runs, cfg)
     now = int(time.time() * 1000)
-    for run in runs:
-        if run_ids is not None and run.run_id not in run_ids:
-            continue
+    for run in targets:
         prediction = predict(calibration, run, cfg.score)
         if prediction is None:
             continue

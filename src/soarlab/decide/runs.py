@@ -73,16 +73,12 @@ class RunRecord:
         return tuple(coefficient(normalized_accuracy(x, self.baseline, cap), table, floor) for x in self.ori_interval)
 
 
-def _record(client, run, with_repeats: bool) -> RunRecord:
-    repeats = {}
-    if with_repeats:
+def fill_repeats(client, runs: Sequence[RunRecord]) -> None:
+    """Read each run's per-repeat level durations (metric series `bench.<level>_repeat_duration_s`)."""
+    for record in runs:
         for level in LEVELS:
-            history = client.get_metric_history(run.info.run_id, f"bench.{level}_repeat_duration_s")
-            repeats[level] = [m.value for m in sorted(history, key=lambda m: m.step)]
-    return RunRecord(
-        run.info.run_id, run.info.run_name or run.info.run_id[:8], run.info.start_time or 0,
-        dict(run.data.tags), dict(run.data.params), dict(run.data.metrics), repeats,
-    )
+            history = client.get_metric_history(record.run_id, f"bench.{level}_repeat_duration_s")
+            record.repeats[level] = [m.value for m in sorted(history, key=lambda m: m.step)]
 
 
 def decide_config(args):
@@ -112,7 +108,11 @@ def load_runs(cfg, model: str | None = None, speed_set: str | None = None, sweep
             continue
         if sweep and sweep not in (tags.get("mlflow.parentRunId"), tags.get("soarlab.sweep")):
             continue
-        runs.append(_record(client, run, with_repeats))
+        info = run.info
+        runs.append(RunRecord(info.run_id, info.run_name or info.run_id[:8], info.start_time or 0, dict(tags),
+                              dict(run.data.params), dict(run.data.metrics)))
+    if with_repeats:
+        fill_repeats(client, runs)
     return client, experiment_id, runs
 
 
