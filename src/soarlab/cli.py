@@ -123,7 +123,14 @@ def _add_decide_commands(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # argparse leaves Hydra overrides that follow options after a positional unparsed
+    # (`soarlab gate RUN --against best decide.confidence=0.9`): they are overrides all the same.
+    if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.run(args) or 0
     except SoarError as exc:
