@@ -93,8 +93,8 @@ def render(table: list[dict], fmt: str) -> str:
     return tabulate(shown, headers="keys", tablefmt="github" if fmt == "markdown" else "simple")
 
 
-def pareto_plot(table: list[dict], target: Path) -> Path | None:
-    """Performance against normalized accuracy; the non-dominated runs joined by a line."""
+def pareto_plot(table: list[dict], target: Path, c_table) -> Path | None:
+    """Performance against normalized accuracy; the non-dominated runs joined by a line, C band edges dotted."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -111,6 +111,9 @@ def pareto_plot(table: list[dict], target: Path) -> Path | None:
     ax.scatter([p[0] for p in points], [p[1] for p in points], color="tab:blue")
     front.sort()
     ax.plot([p[0] for p in front], [p[1] for p in front], color="tab:orange", label="Pareto front")
+    for band in c_table:
+        ax.axvline(band["above"], color="grey", linestyle=":", linewidth=1)
+        ax.annotate(f"C {band['C']} above", (band["above"], 0.01), xycoords=("data", "axes fraction"), fontsize=7, color="grey")
     for x, y, label in points:
         ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.set_xlabel("normalized accuracy (%)")
@@ -151,7 +154,7 @@ def leaderboard_cli(args) -> int:
     print(render(table, args.format))
     if not args.no_plot and table:
         target = Path(args.plot or project_root() / cfg.decide.leaderboard.plot)
-        if pareto_plot(table, target):
+        if pareto_plot(table, target, cfg.score.c_table):
             run_id = log_plot(client, experiment_id, target)
             print(f"Pareto plot: {target} (MLflow run {run_id}, artifacts/leaderboard)", file=sys.stderr)
     return 0
