@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 from dataclasses import asdict, dataclass
 
 from scipy import stats
@@ -106,6 +107,8 @@ def compare_cli(args) -> int:
     calibration = fit(runs, cfg)
     rank = by_predicted_final(calibration, cfg.score)
     a, b = resolve(args.a, runs, rank), resolve(args.b, runs, rank)
+    if a.run_id == b.run_id:
+        print(f"soarlab: note: {args.a} and {args.b} are the same run {a.run_id[:8]}", file=sys.stderr)
     result = compare(a, b, cfg)
     if args.json:
         print(json.dumps(result, indent=2))
