@@ -101,7 +101,7 @@ def run_with_inputs(cfg: DictConfig, digest: str) -> str | None:
 
 def log_pipeline_run(cfg: DictConfig, reports: Path, params_file: Path, speed_set_sha: str = "", inputs_digest: str = "") -> str:
     """Log one MLflow run from the files under `reports`; return its id."""
-    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.entities import Metric, Param
 
     client, experiment_id = _client(cfg)
     root = params_file.parent
@@ -121,7 +121,6 @@ def log_pipeline_run(cfg: DictConfig, reports: Path, params_file: Path, speed_se
             client.log_batch(run_id, params=items[start : start + 100])
         for start in range(0, len(metrics), 1000):  # and 1000 metrics
             client.log_batch(run_id, metrics=metrics[start : start + 1000])
-        client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         client.log_inputs(run_id, datasets=run_page.dataset_inputs(cfg, root / cfg.paths.data))
         run_page.log_checkpoint(client, experiment_id, run_id, cfg, root, tags)
         client.log_artifact(run_id, str(params_file))
