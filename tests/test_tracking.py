@@ -6,9 +6,9 @@ import shutil
 
 import mlflow
 import pytest
-from omegaconf import OmegaConf
 
 from soarlab.atomic import write_json
+from soarlab.config import compose
 from soarlab.paths import owning_project_root
 from soarlab.tracking import log_pipeline_run, recorded_durations, tracking_uri
 
@@ -27,11 +27,7 @@ def project(tmp_path, monkeypatch):
     (tmp_path / "params.yaml").write_text("a: 1\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DVC_ROOT", raising=False)
-    cfg = OmegaConf.create({
-        "model": {"name": "tiny"}, "quant": {"name": "gptq_w4"}, "engine": {"name": "transformers", "port": 30000},
-        "tracking": {"uri": None, "experiment": "test"},
-    })
-    return tmp_path, cfg
+    return tmp_path, compose(["tracking.experiment=test"])
 
 
 def test_one_run_with_params_metrics_artifacts_and_tags(project, monkeypatch):
@@ -41,7 +37,7 @@ def test_one_run_with_params_metrics_artifacts_and_tags(project, monkeypatch):
     assert tracking_uri(cfg) == f"sqlite:///{root / 'mlflow.db'}"
     client = mlflow.MlflowClient(tracking_uri(cfg))
     run = client.get_run(run_id)
-    assert run.info.status == "FINISHED" and run.info.run_name == "brave-exp"
+    assert run.info.status == "FINISHED" and run.info.run_name == "gptq_w4"  # the preset; nothing overridden
     assert run.data.params["engine.port"] == "30000" and run.data.params["quant.name"] == "gptq_w4"
     assert run.data.metrics["bench.S1_duration_s"] == 2.0 and run.data.metrics["accuracy.ori_accuracy"] == 81.5
     assert run.data.metrics["score.final"] == 99.5 and "accuracy.note" not in run.data.metrics

@@ -78,12 +78,56 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. quant=gptq_w8 (its quant.exclude is checked)")
     p.set_defaults(run=_handler("soarlab.quant.check:check_checkpoint_cli"))
 
+    _add_decide_commands(sub)
+
     p = sub.add_parser("prepare-model", help="quantize a model dir (the submission's prepare_model.sh)")
     p.add_argument("--input", required=True)
     p.add_argument("--output", required=True)
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. quant=gptq_w4_mixed")
     p.set_defaults(run=_handler("soarlab.quant.prepare:prepare_model_cli"))
     return parser
+
+
+def _add_decide_commands(sub) -> None:
+    """leaderboard, compare, record-submission, gate (soarlab.decide; README "Decide before submitting")."""
+    hydra = dict(nargs="*", help="Hydra overrides, e.g. tracking.uri=http://mlflow:5000 decide.confidence=0.9")
+    p = sub.add_parser("leaderboard", help="rank the MLflow runs by score, with a Pareto plot")
+    p.add_argument("--experiment", help="MLflow experiment (default: tracking.experiment)")
+    p.add_argument("--model", help="only runs of this model (model.name)")
+    p.add_argument("--speed-set", help="only runs on this speed set (sha256 or its first characters)")
+    p.add_argument("--sweep", help="only runs of this sweep (its parent run id)")
+    p.add_argument("--format", choices=("table", "csv", "json", "markdown"), default="table")
+    p.add_argument("--plot", help="where to write the Pareto PNG (default: decide.leaderboard.plot)")
+    p.add_argument("--no-plot", action="store_true", help="no Pareto plot")
+    p.add_argument("overrides", **hydra)
+    p.set_defaults(run=_handler("soarlab.decide.leaderboard:leaderboard_cli"))
+
+    p = sub.add_parser("compare", help="per-level duration difference of run B against A, beyond noise (exit 0 better, 1 same, 3 worse, 4 mixed)")
+    p.add_argument("a", help="run id, DVC experiment name, best or submitted")
+    p.add_argument("b", help="run id, DVC experiment name, best or submitted")
+    p.add_argument("--experiment", help="MLflow experiment (default: tracking.experiment)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("overrides", **hydra)
+    p.set_defaults(run=_handler("soarlab.decide.compare:compare_cli"))
+
+    p = sub.add_parser("record-submission", help="store the platform's official figures on a run")
+    p.add_argument("target", metavar="RUN", help="run id, DVC experiment name or best")
+    for level in LEVELS:
+        p.add_argument(f"--{level}", type=float, help=f"official {level} Benchmark duration (s)")
+    p.add_argument("--accuracy", type=float, help="official raw accuracy (ori, percent)")
+    p.add_argument("--final", type=float, help="official final score, as shown")
+    p.add_argument("--note")
+    p.add_argument("--experiment", help="MLflow experiment (default: tracking.experiment)")
+    p.add_argument("overrides", **hydra)
+    p.set_defaults(run=_handler("soarlab.decide.submission:record_submission_cli"))
+
+    p = sub.add_parser("gate", help="exit 0 only if RUN's predicted official final beats the reference beyond noise")
+    p.add_argument("target", metavar="RUN", help="run id, DVC experiment name or best")
+    p.add_argument("--against", help="submitted (default: decide.gate.against), best, or a run")
+    p.add_argument("--min-gain", type=float, help="points of final to win beyond noise (default: decide.gate.min_gain)")
+    p.add_argument("--experiment", help="MLflow experiment (default: tracking.experiment)")
+    p.add_argument("overrides", **hydra)
+    p.set_defaults(run=_handler("soarlab.decide.gate:gate_cli"))
 
 
 class Terminated(BaseException):
@@ -99,10 +143,14 @@ def _raise_terminated(signum, _frame):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from soarlab import quiet
-
-    quiet.install()  # known-harmless library warnings (each one's why is there)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # argparse leaves Hydra overrides that follow options after a positional unparsed
+    # (`soarlab gate RUN --against best decide.confidence=0.9`): they are overrides all the same.
+    if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     debug = args.debug or os.environ.get("SOARLAB_DEBUG", "") not in ("", "0")
     if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
         for signum in (signal.SIGTERM, signal.SIGHUP):

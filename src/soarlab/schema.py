@@ -260,6 +260,34 @@ class TrackingGroup(Group):
     experiment: str
 
 
+# ---- decide ----
+class DecideCompare(Group):
+    negligible_pct: Pause
+
+
+class DecideCalibration(Group):
+    level_ratio_tolerance: Annotated[float, Field(ge=1)]
+    official_best: dict[str, Seconds | None]
+
+
+class DecideGate(Group):
+    against: str
+    min_gain: float
+
+
+class DecideLeaderboard(Group):
+    plot: str
+
+
+class DecideGroup(Group):
+    confidence: Fraction
+    compare: DecideCompare
+    calibration: DecideCalibration
+    gate: DecideGate
+    incidental_params: list[str]
+    leaderboard: DecideLeaderboard
+
+
 class Paths(Group):
     base_model: str
     quantized_model: str
@@ -276,6 +304,7 @@ class SoarConfig(Group):
     score: ScoreGroup
     package: PackageGroup
     tracking: TrackingGroup
+    decide: DecideGroup
     paths: Paths
 
 

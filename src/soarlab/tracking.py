@@ -22,6 +22,8 @@ from soarlab.atomic import is_temp_output
 from soarlab.bench.metrics import level_key
 from soarlab.config import flatten
 from soarlab.domain import LEVELS
+from soarlab.decide import run_page
+from soarlab.decide.run_page import EXPERIMENT_KIND_TAG, INPUTS_DIGEST_TAG, RUNS_TABLE_KIND
 from soarlab.paths import owning_project_root
 
 # MLflow rejects param values over this many characters.
@@ -59,7 +61,10 @@ def _client(cfg: DictConfig):
             experiment_id = mlflow.create_experiment(cfg.tracking.experiment, artifact_location=location)
         else:
             experiment_id = experiment.experiment_id
-    return mlflow.MlflowClient(uri), experiment_id
+        client = mlflow.MlflowClient(uri)
+        if (experiment.tags if experiment else {}).get(EXPERIMENT_KIND_TAG) != RUNS_TABLE_KIND:
+            client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, RUNS_TABLE_KIND)  # opens on the runs table
+    return client, experiment_id
 
 
 def _git(*args: str) -> str:
@@ -72,7 +77,8 @@ def _git(*args: str) -> str:
 def run_tags(cfg: DictConfig, speed_set_sha: str) -> dict[str, str]:
     tags = {
         "git.commit": _git("rev-parse", "HEAD"),
-        "git.dirty": str(bool(_git("status", "--porcelain", "--untracked-files=no"))),
+        # dvc.lock and params.yaml are rewritten by the pipeline itself (`dvc exp run`, `dvc repro`).
+        "git.dirty": str(bool(_git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!dvc.lock", ":!params.yaml"))),
         "dvc.experiment": os.environ.get("DVC_EXP_NAME", ""),
         "dvc.baseline_rev": os.environ.get("DVC_EXP_BASELINE_REV", ""),
         "soarlab.model": str(cfg.model.name),
@@ -101,26 +107,49 @@ def _in_temp_output(path: Path, reports: Path) -> bool:
     return any(is_temp_output(Path(part)) for part in path.relative_to(reports).parts)
 
 
-def log_pipeline_run(cfg: DictConfig, reports: Path, params_file: Path, speed_set_sha: str = "") -> str:
+def run_params(cfg: DictConfig) -> dict[str, str]:
+    """The flattened config as MLflow stores it: strings, JSON for non-strings, cut to MLflow's limit."""
+    params = {k: v if isinstance(v, str) else json.dumps(v) for k, v in flatten(cfg).items()}
+    return {k: v[:_MAX_PARAM_CHARS] for k, v in params.items()}
+
+
+def run_with_inputs(cfg: DictConfig, digest: str) -> str | None:
+    """The id of a run already logged from exactly these inputs (a no-op re-run), or None."""
+    client, experiment_id = _client(cfg)
+    found = client.search_runs([experiment_id], filter_string=f"tags.`{INPUTS_DIGEST_TAG}` = '{digest}'", max_results=1)
+    return found[0].info.run_id if found else None
+
+
+def log_pipeline_run(cfg: DictConfig, reports: Path, params_file: Path, speed_set_sha: str = "", inputs_digest: str = "") -> str:
     """Log one MLflow run from the files under `reports`; return its id."""
-    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.entities import Metric, Param
 
     client, experiment_id = _client(cfg)
-    tags = run_tags(cfg, speed_set_sha)
-    run = client.create_run(experiment_id, run_name=tags.get("dvc.experiment") or None, tags=tags)
+    root = params_file.parent
+    tags = {**run_tags(cfg, speed_set_sha), **({INPUTS_DIGEST_TAG: inputs_digest} if inputs_digest else {})}
+    tags["mlflow.note.content"] = run_page.recipe_markdown(tags)
+    params = run_params(cfg)
+    run = client.create_run(
+        experiment_id, start_time=run_page.pipeline_start_ms(reports), run_name=run_page.run_name(cfg, params), tags=tags
+    )
     run_id = run.info.run_id
     try:
-        params = [Param(k, json.dumps(v) if not isinstance(v, str) else v) for k, v in flatten(cfg).items()]
-        params = [Param(p.key, p.value[:_MAX_PARAM_CHARS]) for p in params]
         now_ms = int(time.time() * 1000)
         metrics = [Metric(k, v, now_ms, 0) for k, v in _report_metrics(reports)]
-        for start in range(0, len(params), 100):  # MLflow's batch limit is 100 params per call
-            client.log_batch(run_id, params=params[start : start + 100])
-        client.log_batch(run_id, metrics=metrics, tags=[RunTag(k, v) for k, v in tags.items()])
+        metrics += run_page.bench_series(reports, LEVELS, now_ms)
+        items = [Param(k, v) for k, v in params.items()]
+        for start in range(0, len(items), 100):  # MLflow's batch limit is 100 params per call
+            client.log_batch(run_id, params=items[start : start + 100])
+        for start in range(0, len(metrics), 1000):  # and 1000 metrics
+            client.log_batch(run_id, metrics=metrics[start : start + 1000])
+        client.log_inputs(run_id, datasets=run_page.dataset_inputs(cfg, root / cfg.paths.data))
+        run_page.log_checkpoint(client, experiment_id, run_id, cfg, root, tags)
         client.log_artifact(run_id, str(params_file))
+        if (root / "dvc.lock").is_file():
+            client.log_artifact(run_id, str(root / "dvc.lock"))
         for path in sorted(p for p in reports.rglob("*") if p.is_file() and not _in_temp_output(p, reports)):
             client.log_artifact(run_id, str(path), artifact_path=str(path.parent.relative_to(reports.parent)))
-        client.set_terminated(run_id, "FINISHED")
+        client.set_terminated(run_id, "FINISHED", end_time=int(time.time() * 1000))
     except BaseException:
         client.set_terminated(run_id, "FAILED")
         raise

@@ -4,15 +4,22 @@ models/, data/ or reports/ (atomically). Tracking reads those files afterwards; 
 from __future__ import annotations
 
 import importlib
+import time
+from pathlib import Path
 
 from soarlab.config import load_params
 
 
 def run_stage_cli(args) -> int:
+    from soarlab.decide.run_page import record_stage_time
+
     module = importlib.import_module(f"soarlab.stages.{args.name.replace('-', '_')}")
     cfg = load_params(args.params)  # validated (soarlab.schema): a bad engine.port fails every stage at once
     _remove_leftovers(cfg)
+    start = time.time()
     module.run(cfg)
+    # The MLflow run's start and end are the pipeline's: track reads these times back.
+    record_stage_time(Path(cfg.paths.reports), args.name, start, time.time())
     return 0
 
 

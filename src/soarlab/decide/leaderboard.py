@@ -1,0 +1,160 @@
+"""`soarlab leaderboard`: the runs of an MLflow experiment ranked by score, and a Pareto plot.
+
+Each row: final (the local score against the fastest run on the same model and speed set), C and
+the ori interval, each level's duration with its spread over repeats, the predicted official final
+with its interval once a submission is recorded (ranked by it then), and the config keys that
+differ from the best run. The plot (performance against normalized accuracy, points labelled by
+run) is written as a PNG and logged to the experiment's `leaderboard` run.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+
+from soarlab.decide.calibration import Calibration, fit, predict
+from soarlab.decide.run_page import config_delta
+from soarlab.decide.runs import KIND_TAG, RunRecord
+from soarlab.domain import LEVELS
+
+_NAME_CHARS = 48  # run names in the table; JSON and CSV keep them whole
+
+
+def _row(run: RunRecord, local, official) -> dict:
+    row = {"run": run.name, "run_id": run.run_id, "experiment": run.tags.get("dvc.experiment", ""), "final": local.final[0] if local else None,
+           "performance": local.performance if local else None,
+           "normalized_accuracy": local.normalized_accuracy if local else None,
+           "C": local.C[0] if local else run.metrics.get("accuracy.C"),
+           "ori": run.ori, "ori_low": None, "ori_high": None}
+    if run.ori_interval:
+        row["ori_low"], row["ori_high"] = run.ori_interval
+    for level in LEVELS:
+        row[f"{level}_s"] = run.duration(level)
+        row[f"{level}_spread_s"] = run.metrics.get(f"bench.{level}_spread_s")
+    if official:
+        row.update({"predicted_final": official.final[0], "predicted_final_low": official.final[1],
+                    "predicted_final_high": official.final[2], "predicted_C": official.C[0]})
+        row.update({f"predicted_{L}_s": official.durations[L][0] for L in LEVELS})
+    row["submitted"] = run.official("final") if run.official("final") is not None else ("yes" if run.submitted else "")
+    return row
+
+
+def rows(runs: list[RunRecord], calibration: Calibration, cfg) -> list[dict]:
+    """One dict per run, best first: local figures, predictions, config difference from the best."""
+    local = fit(runs, cfg, use_submissions=False)
+    calibrated = calibration.submissions > 0
+    table = [(_row(run, predict(local, run, cfg.score), predict(calibration, run, cfg.score) if calibrated else None), run)
+             for run in runs]
+    key = "predicted_final" if calibrated else "final"
+    # Equal finals (e.g. all at C = 0) are ordered by speed.
+    table.sort(key=lambda pair: (pair[0].get(key) is None, -(pair[0].get(key) or 0.0), -(pair[0]["performance"] or 0.0)))
+    for row, run in table:
+        row["differs_from_best"] = ", ".join(config_delta(run.params, table[0][1].params, cfg.decide.incidental_params))
+    return [dict(rank=i + 1, **row) for i, (row, _) in enumerate(table)]
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def _display(row: dict) -> dict:
+    """The columns people read: intervals and spreads folded into one cell each."""
+    name = row["run"] if len(row["run"]) <= _NAME_CHARS else row["run"][: _NAME_CHARS - 1] + "…"
+    out = {"#": row["rank"], "DVC exp": row["experiment"] or "-", "run": name, "id": row["run_id"][:8], "final": _cell(row["final"]), "C": _cell(row["C"]),
+           "ori [interval]": f"{_cell(row['ori'])} [{_cell(row['ori_low'])}, {_cell(row['ori_high'])}]"}
+    for level in LEVELS:
+        spread = f" ±{row[f'{level}_spread_s'] / 2:.2f}" if row.get(f"{level}_spread_s") is not None else ""
+        out[f"{level} s"] = _cell(row[f"{level}_s"]) + spread
+    if "predicted_final" in row:
+        out["official final (pred.)"] = f"{_cell(row['predicted_final'])} [{_cell(row['predicted_final_low'])}, {_cell(row['predicted_final_high'])}]"
+    out["submitted"] = _cell(row["submitted"])
+    out["differs from best"] = row["differs_from_best"] or ("(best)" if row["rank"] == 1 else "(same config)")
+    return out
+
+
+def render(table: list[dict], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(table, indent=2)
+    if fmt == "csv":
+        buffer = io.StringIO()
+        columns = list(dict.fromkeys(k for row in table for k in row))
+        writer = csv.DictWriter(buffer, columns)
+        writer.writeheader()
+        writer.writerows(table)
+        return buffer.getvalue()
+    from tabulate import tabulate
+
+    shown = [_display(row) for row in table]
+    return tabulate(shown, headers="keys", tablefmt="github" if fmt == "markdown" else "simple")
+
+
+def pareto_plot(table: list[dict], target: Path, c_table) -> Path | None:
+    """Performance against normalized accuracy; the non-dominated runs joined by a line, C band edges dotted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from soarlab.atomic import atomic_path
+
+    points = [(r["normalized_accuracy"], r["performance"], r["experiment"] or r["run"]) for r in table
+              if r["normalized_accuracy"] is not None and r["performance"] is not None]
+    if not points:
+        return None
+    front = [p for p in points if not any(q[0] >= p[0] and q[1] >= p[1] and q[:2] != p[:2] for q in points)]
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    ax.scatter([p[0] for p in points], [p[1] for p in points], color="tab:blue")
+    front.sort()
+    ax.plot([p[0] for p in front], [p[1] for p in front], color="tab:orange", label="Pareto front")
+    for band in c_table:
+        ax.axvline(band["above"], color="grey", linestyle=":", linewidth=1)
+        ax.annotate(f"C {band['C']} above", (band["above"], 0.01), xycoords=("data", "axes fraction"), fontsize=7, color="grey")
+    for x, y, label in points:
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set_xlabel("normalized accuracy (%)")
+    ax.set_ylabel("performance (weighted speed score)")
+    ax.set_title("SOAR Lab runs: speed against accuracy")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    with atomic_path(target) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)
+    return target
+
+
+def log_plot(client, experiment_id: str, plot: Path) -> str:
+    """Log the plot to the experiment's one `leaderboard` run (made on first use), replacing the last one."""
+    found = client.search_runs([experiment_id], filter_string=f"tags.`{KIND_TAG}` = 'leaderboard'", max_results=1)
+    if found:
+        run_id = found[0].info.run_id
+    else:
+        run_id = client.create_run(experiment_id, run_name="leaderboard", tags={
+            KIND_TAG: "leaderboard", "mlflow.note.content": "The latest `soarlab leaderboard` Pareto plot (not a pipeline run)."}).info.run_id
+        client.set_terminated(run_id, "FINISHED")
+    client.log_artifact(run_id, str(plot), artifact_path="leaderboard")
+    return run_id
+
+
+def leaderboard_cli(args) -> int:
+    from soarlab.decide.runs import decide_config, load_runs
+    from soarlab.paths import project_root
+
+    cfg = decide_config(args)
+    client, experiment_id, runs = load_runs(cfg, model=args.model, speed_set=args.speed_set, sweep=args.sweep)
+    calibration = fit(runs, cfg)
+    for warning in calibration.warnings:
+        print(f"soarlab: warning: {warning}", file=sys.stderr)
+    table = rows(runs, calibration, cfg)
+    print(render(table, args.format))
+    if not args.no_plot and table:
+        target = Path(args.plot or project_root() / cfg.decide.leaderboard.plot)
+        if pareto_plot(table, target, cfg.score.c_table):
+            run_id = log_plot(client, experiment_id, target)
+            print(f"Pareto plot: {target} (MLflow run {run_id}, artifacts/leaderboard)", file=sys.stderr)
+    return 0

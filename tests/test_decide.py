@@ -1,0 +1,191 @@
+"""leaderboard, compare, record-submission, calibration, gate and what the MLflow UI reads, on real
+MLflow runs made by the real pipeline (`dvc exp run` on the tiny default: real DVC, GPTQModel, lm-eval).
+
+The pipeline's engine is `engine=external`, pointed at loopback servers (soarlab.bench.loopback)
+started here: two identical ones at FAST_S per token and one at SLOW_S. They have no chat endpoint,
+so every correctness request fails and scores 0 (local C = 0, with a settled interval [0, 0]); the
+accuracy offset of a recorded submission is what puts predictions in the C = 1 band.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+
+import mlflow
+import pytest
+import yaml
+
+from soarlab.bench.loopback import LoopbackServer
+from soarlab.datasets.soar import file_sha256
+
+from conftest import make_project
+
+pytestmark = pytest.mark.slow
+
+FAST_S, SLOW_S = 0.01, 0.03
+# The served answers are the loopback's, so the tiny model is neither trained nor quantized (CPU time).
+COMMON = ["-S", "quant=none", "-S", "model.tiny.train_steps=0", "-S", "engine=external", "-S", "bench.repeats=3",
+          "-S", "bench.pause_after_flush_s=0", "-S", "eval.retries=0"]
+
+
+def _run(cmd: list[str], lab, ok=(0,)) -> subprocess.CompletedProcess:
+    dest, env = lab["project"]
+    proc = subprocess.run(cmd, cwd=dest, env=env, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode in ok, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """Three pipeline runs (fast1, fast2 identical; slow with one more config change) and a no-op `dvc repro`."""
+    lab = {"project": make_project(tmp_path_factory.mktemp("decide"))}
+    dest = lab["project"][0]
+    with LoopbackServer(token_delay_s=FAST_S) as fast1, LoopbackServer(token_delay_s=FAST_S) as fast2, \
+            LoopbackServer(token_delay_s=SLOW_S) as slow:
+        for name, server, extra in (("fast1", fast1, []), ("fast2", fast2, []),
+                                    ("slow", slow, ["-S", "bench.warmup_max_tokens=16"])):
+            _run(["dvc", "exp", "run", "-n", name, *COMMON, "-S", f"engine.url={server.base_url}", *extra], lab)
+        lab["noop"] = _run(["dvc", "repro"], lab).stdout
+    client = mlflow.MlflowClient(f"sqlite:///{dest / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("soarlab")
+    runs = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time ASC"])
+    lab.update(client=client, experiment=experiment, runs={r.data.tags["dvc.experiment"]: r for r in runs}, count=len(runs))
+    return lab
+
+
+def _json(cmd, lab, ok=(0,)):
+    return json.loads(_run(cmd, lab, ok).stdout)
+
+
+def test_mlflow_reads_what_the_ui_shows(lab):
+    dest = lab["project"][0]
+    client, runs = lab["client"], lab["runs"]
+    assert lab["experiment"].tags["mlflow.experimentKind"] == "custom_model_development"
+    assert lab["count"] == 3 and "no new run logged" in lab["noop"]  # the no-op `dvc repro` added no run
+    fast, slow = runs["fast1"], runs["slow"]
+    assert fast.info.run_name == "none · engine=external, bench.pause_after_flush_s=0, bench.repeats=3, eval.retries=0, model.tiny.train_steps=0"
+    assert slow.info.run_name.endswith("bench.repeats=3, bench.warmup_max_tokens=16, eval.retries=0, model.tiny.train_steps=0")
+    assert fast.data.tags["git.dirty"] == "False"
+    # The run spans the pipeline: it starts when its first stage started (fetch-model for the first run).
+    first_stage = json.loads((dest / "reports" / "logs" / "stages.jsonl").read_text().splitlines()[0])
+    assert first_stage["stage"] == "fetch-model" and fast.info.start_time == int(1000 * first_stage["start"])
+    assert fast.info.end_time > fast.info.start_time + 1000 * (first_stage["end"] - first_stage["start"])
+    inputs = {i.tags[0].value: i.dataset for i in slow.inputs.dataset_inputs}
+    assert inputs["speed"].digest == file_sha256(dest / "data" / "speed.jsonl")[:32]
+    assert inputs["correctness"].digest == file_sha256(dest / "data" / "correctness.jsonl")[:32]
+    assert json.loads(inputs["speed"].profile)["sha256"] == file_sha256(dest / "data" / "speed.jsonl")
+    lock = yaml.safe_load((dest / "dvc.lock").read_text())
+    md5 = next(o["md5"] for o in lock["stages"]["quantize"]["outs"] if o["path"] == "models/quantized")
+    model_id = slow.outputs.model_outputs[0].model_id
+    model = client.get_logged_model(model_id)
+    assert model.source_run_id == slow.info.run_id and model.tags["soarlab.dvc_md5"] == md5
+    pointer = mlflow.artifacts.download_artifacts(f"{model.artifact_location}/checkpoint.dvc-pointer.yaml")
+    assert yaml.safe_load(open(pointer))["dvc_md5"] == md5
+    assert [a.path for a in client.list_artifacts(slow.info.run_id) if a.path == "dvc.lock"]
+    assert "dvc exp apply slow" in slow.data.tags["mlflow.note.content"]
+    series = client.get_metric_history(slow.info.run_id, "bench.S8_repeat_duration_s")
+    assert [m.step for m in series] == [0, 1, 2]
+    assert len(client.get_metric_history(slow.info.run_id, "bench.S1_request_latency_s")) == 3 * 12
+
+
+def test_compare_slower_and_within_noise(lab):
+    slower = _run(["soarlab", "compare", "fast1", "slow"], lab, ok=(3,))
+    assert slower.stdout.count("-> slower") == 3 and "C settled in the same band (0.0)" in slower.stdout
+    same = _json(["soarlab", "compare", "fast1", "fast2", "--json"], lab, ok=(1,))
+    assert [d["verdict"] for d in same["levels"]] == ["within noise"] * 3
+    faster = _json(["soarlab", "compare", "slow", lab["runs"]["fast2"].info.run_id, "--json"], lab, ok=(0,))
+    assert [d["verdict"] for d in faster["levels"]] == ["faster"] * 3
+    bad = _run(["soarlab", "compare", "fast1", "no-such-run"], lab, ok=(2,))
+    assert "no run 'no-such-run'" in bad.stderr
+
+
+def test_leaderboard_order_and_config_difference(lab, tmp_path):
+    rows = _json(["soarlab", "leaderboard", "--format", "json", "--plot", str(tmp_path / "p.png")], lab)
+    assert [r["run"].startswith("none · engine=external") for r in rows] == [True] * 3
+    assert rows[-1]["run_id"] == lab["runs"]["slow"].info.run_id  # slowest last (all at C = 0: ordered by speed)
+    assert rows[0]["differs_from_best"] == rows[1]["differs_from_best"] == ""  # engine.url is incidental
+    assert rows[-1]["differs_from_best"] == "bench.warmup_max_tokens=16"
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+    board = lab["client"].search_runs([lab["experiment"].experiment_id], filter_string="tags.`soarlab.kind` = 'leaderboard'")
+    assert [a.path for a in lab["client"].list_artifacts(board[0].info.run_id, "leaderboard")] == ["leaderboard/p.png"]
+    table = _run(["soarlab", "leaderboard", "--no-plot", "--format", "markdown"], lab).stdout
+    assert table.splitlines()[1].startswith("|--") and "bench.warmup_max_tokens=16" in table
+    assert _run(["soarlab", "leaderboard", "--no-plot", "--format", "csv"], lab).stdout.startswith("rank,run,run_id,experiment,final")
+    assert _json(["soarlab", "leaderboard", "--no-plot", "--format", "json", "--model", "minicpm_sala"], lab) == []
+    sha = lab["runs"]["slow"].data.tags["soarlab.speed_set_sha"][:10]
+    assert len(_json(["soarlab", "leaderboard", "--no-plot", "--format", "json", "--speed-set", sha], lab)) == 3
+
+
+def test_record_submission_rejects_missing_and_nonsense_figures(lab):
+    for args, says in ((["--S1", "10", "--S8", "10", "--accuracy", "80"], "missing --Smax"),
+                       (["--S1", "-5", "--S8", "10", "--Smax", "10", "--accuracy", "80"], "--S1 -5.0 is not a duration"),
+                       (["--S1", "5", "--S8", "10", "--Smax", "10", "--accuracy", "180"], "not a raw accuracy"),
+                       (["--S1", "5", "--S8", "10", "--Smax", "10", "--accuracy", "80", "--final", "500"], "outside 0..100")):
+        proc = _run(["soarlab", "record-submission", "slow", *args], lab, ok=(2,))
+        assert proc.stderr.startswith("soarlab: error: ") and says in proc.stderr and "Fix:" in proc.stderr
+
+
+def _local(lab, name, level):
+    return lab["client"].get_run(lab["runs"][name].info.run_id).data.metrics[f"bench.{level}_duration_s"]
+
+
+# Official per-level ratios chosen to be inverted as in RULES.md 3 (S8, Smax far heavier officially).
+RATIOS_1 = {"S1": 5.0, "S8": 26.0, "Smax": 78.0}
+RATIOS_2 = {"S1": 20.0, "S8": 104.0, "Smax": 312.0}  # with RATIOS_1: geometric means 10, 52, 156
+
+
+def _best_overrides(lab):
+    """The official leader: twice as fast as the first submission at each level."""
+    return [f"decide.calibration.official_best.{L}={_local(lab, 'slow', L) * RATIOS_1[L] / 2}" for L in RATIOS_1]
+
+
+def test_record_submission_round_trips_and_predictions_follow_the_ratio(lab):
+    figures = {L: _local(lab, "slow", L) * RATIOS_1[L] for L in RATIOS_1}
+    proc = _run(["soarlab", "record-submission", "slow", "--S1", repr(figures["S1"]), "--S8", repr(figures["S8"]),
+                 "--Smax", repr(figures["Smax"]), "--accuracy", "60", "--final", "50", "--note", "first try",
+                 *_best_overrides(lab)], lab)
+    assert "S8 takes" in proc.stderr and "Smax takes" in proc.stderr and "inverted" in proc.stderr
+    assert "S1 takes" not in proc.stderr and "bench.dataset.profile" in proc.stderr
+    client = lab["client"]
+    slow = client.get_run(lab["runs"]["slow"].info.run_id)
+    assert slow.data.tags["soarlab.submitted"] == "true" and slow.data.tags["soarlab.submission.note"] == "first try"
+    assert slow.data.metrics["official.S8_duration_s"] == pytest.approx(figures["S8"], rel=1e-12)
+    assert slow.data.metrics["official.ori_accuracy"] == 60 and slow.data.metrics["official.final"] == 50
+    fast = client.get_run(lab["runs"]["fast1"].info.run_id).data.metrics
+    for level, ratio in RATIOS_1.items():  # predicted = local x (official / local of the submitted run)
+        assert fast[f"predicted.{level}_duration_s"] == pytest.approx(fast[f"bench.{level}_duration_s"] * ratio, rel=1e-9)
+        assert fast[f"predicted.{level}_duration_s_low"] < fast[f"predicted.{level}_duration_s"] < fast[f"predicted.{level}_duration_s_high"]
+    assert fast["predicted.ori_accuracy"] == 60 and fast["predicted.C"] == 1.0  # 0 locally + offset 60 - 0
+    board = _json(["soarlab", "leaderboard", "--no-plot", "--format", "json", *_best_overrides(lab)], lab)
+    assert all(r["predicted_final_low"] <= r["predicted_final"] <= r["predicted_final_high"] for r in board)
+    assert board[-1]["submitted"] == 50.0
+
+
+def test_gate_exit_codes(lab):
+    best = _best_overrides(lab)
+    passed = _run(["soarlab", "gate", "fast1", "--against", "submitted", *best], lab, ok=(0,))
+    assert "PASS" in passed.stdout and "the official figures of" in passed.stdout
+    assert "FAIL" in _run(["soarlab", "gate", "fast1", "--against", "submitted", "--min-gain", "1000", *best], lab, ok=(1,)).stdout
+    assert "FAIL" in _run(["soarlab", "gate", "fast2", "--against", "fast1", *best], lab, ok=(1,)).stdout  # within noise
+    assert "same run" in _run(["soarlab", "gate", "slow", *best], lab, ok=(2,)).stderr
+
+
+def test_two_submissions_fit_the_geometric_mean_ratio(lab):
+    from soarlab.config import compose
+    from soarlab.decide.calibration import fit
+    from soarlab.decide.runs import load_runs
+
+    figures = {L: _local(lab, "fast2", L) * RATIOS_2[L] for L in RATIOS_2}
+    _run(["soarlab", "record-submission", "fast2", *[x for L in RATIOS_2 for x in (f"--{L}", repr(figures[L]))],
+          "--accuracy", "70"], lab)
+    dest = lab["project"][0]
+    cfg = compose([f"tracking.uri=sqlite:///{dest / 'mlflow.db'}"], root=dest)
+    calibration = fit(load_runs(cfg)[2], cfg)
+    assert calibration.submissions == 2
+    assert {L: round(f.ratio, 9) for L, f in calibration.levels.items()} == {"S1": 10.0, "S8": 52.0, "Smax": 156.0}
+    assert calibration.offset == pytest.approx(65.0)  # mean of 60 - 0 and 70 - 0
+    low, high = calibration.levels["S1"].interval  # log ratios ln 5, ln 20: mean ln 10, se ln 2 (sd ln4/sqrt2, n 2)
+    assert math.log(high / 10.0) == pytest.approx(12.7062047 * math.log(2), rel=1e-6)  # t(0.975, 1 df) = 12.706
+    assert low == pytest.approx(100.0 / high)
