@@ -1,4 +1,6 @@
-"""engine=sglang: `python -m sglang.launch_server` (GPU machine) or the same inside `docker run`.
+"""engine=sglang: `python -m sglang.launch_server` on a GPU machine (engine.launcher=python).
+
+engine.launcher=container runs the GPU serving image instead (soarlab.engines.container).
 
 The server flags come from `engine.server_args` (flag name -> value; true = bare flag,
 false/null = omitted) plus `--quantization` from `quant.serve_quantization`. The same code
@@ -12,8 +14,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import shlex
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -78,66 +78,30 @@ def render_server_args(cfg) -> str:
     return shlex.join(server_flags(cfg))
 
 
-def container_name(port: int) -> str:
-    return f"soarlab-sglang-{port}"
-
-
 def build_command(cfg, model_dir: Path, host: str, port: int) -> list[str]:
-    """The launch command for engine.launcher (python | docker)."""
-    launcher = str(opt(cfg, "engine.launcher", "python"))
-    flags = server_flags(cfg)
-    if launcher == "python":
-        python = opt(cfg, "engine.python", None) or sys.executable
-        return [str(python), "-m", "sglang.launch_server", "--model-path", str(model_dir),
-                "--host", host, "--port", str(port), *flags]
-    if launcher == "docker":
-        inner_model = str(opt(cfg, "engine.container_model_dir", "/models/MiniCPM-SALA"))
-        publish_host = "127.0.0.1" if host in ("127.0.0.1", "localhost") else host
-        return [
-            "docker", "run", "--rm", "--name", container_name(port),
-            "--gpus", str(opt(cfg, "engine.docker_gpus", "all")),
-            "--shm-size", str(opt(cfg, "engine.docker_shm_size", "16g")),
-            "-p", f"{publish_host}:{port}:{port}",
-            "-v", f"{Path(model_dir).resolve()}:{inner_model}:ro",
-            *[str(a) for a in (opt(cfg, "engine.docker_args", None) or [])],
-            str(opt(cfg, "engine.image", "ghcr.io/openbmb/soar-toolkit:latest")),
-            "python", "-m", "sglang.launch_server", "--model-path", inner_model,
-            "--host", "0.0.0.0", "--port", str(port), *flags,
-        ]
-    raise SoarError(f"unknown engine.launcher {launcher!r}", "use engine.launcher=python or engine.launcher=docker")
+    """`python -m sglang.launch_server` on model_dir with the configured flags."""
+    python = opt(cfg, "engine.python", None) or sys.executable
+    return [str(python), "-m", "sglang.launch_server", "--model-path", str(model_dir),
+            "--host", host, "--port", str(port), *server_flags(cfg)]
 
 
-def served_model_name(cfg, model_dir: Path) -> str:
+def served_model_name(cfg, model_dir: Path | str) -> str:
+    """What SGLang serves the model as: --served-model-name if set, else the model path."""
     name = None
     for key, value in (opt(cfg, "engine.server_args", None) or {}).items():
         if flag_name(key) == "served-model-name" and value not in (None, False, True):
             name = str(value)
-    if name:
-        return name
-    if str(opt(cfg, "engine.launcher", "python")) == "docker":
-        return str(opt(cfg, "engine.container_model_dir", "/models/MiniCPM-SALA"))
-    return str(model_dir)
+    return name or str(model_dir)
 
 
 def preflight(cfg) -> None:
     """Fail early, with the fix, where SGLang cannot start on this machine."""
-    launcher = str(opt(cfg, "engine.launcher", "python"))
-    if launcher == "python" and not opt(cfg, "engine.python", None):
-        if importlib.util.find_spec("sglang") is None:
-            raise SoarError(
-                "sglang is not installed in this Python (it needs an NVIDIA GPU)",
-                "on a GPU machine `pip install 'soarlab[gpu]'`, or engine.launcher=docker, "
-                "or engine=transformers on CPU; `soarlab doctor` shows what this machine has",
-            )
-    elif launcher == "docker":
-        if shutil.which("docker") is None:
-            raise SoarError("docker is not installed", "install Docker with the NVIDIA container toolkit, or engine.launcher=python")
-        try:
-            ok = subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
-        except subprocess.TimeoutExpired:
-            ok = False
-        if not ok:
-            raise SoarError("no Docker engine answers `docker info`", "start the Docker daemon, or engine.launcher=python")
+    if not opt(cfg, "engine.python", None) and importlib.util.find_spec("sglang") is None:
+        raise SoarError(
+            "sglang is not installed in this Python (it needs an NVIDIA GPU)",
+            "on a GPU machine `pip install 'soarlab[gpu]'`, or engine.launcher=container, "
+            "or engine=transformers on CPU; `soarlab doctor` shows what this machine has",
+        )
 
 
 @contextlib.contextmanager
@@ -148,16 +112,10 @@ def open_sglang(cfg, model_dir: Path, log_path: Path) -> Iterator[Server]:
     preflight(cfg)
     ep = endpoint(cfg)
     check_port_free(ep.host, ep.port)
-    docker = str(opt(cfg, "engine.launcher", "python")) == "docker"
-
-    def docker_stop() -> None:
-        subprocess.run(["docker", "stop", "-t", str(int(ep.stop_grace_s)), container_name(ep.port)],
-                       capture_output=True, timeout=ep.stop_grace_s + 30)
-
     with managed_server(
         build_command(cfg, model_dir, ep.host, ep.port),
         base_url=ep.base_url, log_path=log_path, startup_timeout_s=ep.startup_timeout_s,
-        stop_grace_s=ep.stop_grace_s, name="sglang server", extra_stop=docker_stop if docker else None,
+        stop_grace_s=ep.stop_grace_s, name="sglang server",
     ):
         yield Server(
             base_url=ep.base_url, api="sglang", model=served_model_name(cfg, model_dir), supports_ignore_eos=True,

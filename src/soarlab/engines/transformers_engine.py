@@ -13,17 +13,18 @@ from soarlab.engines.server import Server
 from soarlab.errors import SoarError
 
 
+def serve_flags(cfg) -> list[str]:
+    """The `transformers serve` options from engine.* (all but the model, host and port)."""
+    flags = ["--trust-remote-code"] if opt(cfg, "engine.trust_remote_code", True) else []
+    flags += ["--device", str(opt(cfg, "engine.device", "cpu")), "--dtype", str(opt(cfg, "engine.dtype", "auto")),
+              "--log-level", str(opt(cfg, "engine.log_level", "info"))]
+    return flags + [str(a) for a in (opt(cfg, "engine.extra_args", None) or [])]
+
+
 def build_command(cfg, model_dir: Path, host: str, port: int) -> list[str]:
     """The server command. Runs through soarlab.engines.transformers_serve (remote-code fix, see there)."""
-    cmd = [sys.executable, "-m", "soarlab.engines.transformers_serve", "serve", str(model_dir)]
-    if opt(cfg, "engine.trust_remote_code", True):
-        cmd.append("--trust-remote-code")
-    cmd += ["--host", host, "--port", str(port)]
-    cmd += ["--device", str(opt(cfg, "engine.device", "cpu"))]
-    cmd += ["--dtype", str(opt(cfg, "engine.dtype", "auto"))]
-    cmd += ["--log-level", str(opt(cfg, "engine.log_level", "info"))]
-    cmd += [str(a) for a in (opt(cfg, "engine.extra_args", None) or [])]
-    return cmd
+    return [sys.executable, "-m", "soarlab.engines.transformers_serve", "serve", str(model_dir),
+            "--host", host, "--port", str(port), *serve_flags(cfg)]
 
 
 @contextlib.contextmanager
