@@ -43,13 +43,8 @@ def ensure_podman() -> None:
 
 
 @pytest.fixture
-def project(tmp_path, monkeypatch) -> Path:
-    proj = tmp_path / "proj"
-    shutil.copytree(ROOT / "conf", proj / "conf")
-    shutil.copytree(ROOT / "src" / "soarlab", proj / "src" / "soarlab", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "pyproject.toml", proj / "pyproject.toml")
-    monkeypatch.chdir(proj)
-    return proj
+def project(source_project) -> Path:
+    return source_project
 
 
 def test_cpu_image_from_clean_state_serves_bench_and_correctness(project, tiny_model_dir, tiny_tokenizer):
@@ -65,29 +60,28 @@ def test_cpu_image_from_clean_state_serves_bench_and_correctness(project, tiny_m
     ensure_podman()
     run_id = uuid.uuid4().hex[:10]
     base, tag = f"localhost/soarlab-test-base:{run_id}", f"localhost/soarlab-test-cpu:{run_id}"
-    cfg = compose([
-        "engine.launcher=container", "engine.port=0", "package.build_image=true", "package.container_cli=podman",
+    overrides = [
+        "engine.port=0", "package.build_image=true", "package.container_cli=podman",
         f"package.cpu_image.base={base}", f"package.cpu_image.tag={tag}", f"paths.base_model={tiny_model_dir}",
         "bench.levels={S1:1}", "bench.progress=false", "bench.plot=false", "eval.limit=3", "eval.num_concurrent=1",
-    ], root=project)
+    ]
+    # package builds only (its timed start with engine.launcher=container is left to the pipeline: one
+    # container start fewer in CI); then the container serves, started the way bench and accuracy start it
+    cfg = compose(overrides, root=project)
+    serve_cfg = compose([*overrides, "engine.launcher=container"], root=project)
     cli = container_cli("podman")
     assert not cli.image_exists(base) and not cli.image_exists(tag)  # clean state
     try:
-        out = package.run(cfg)  # base image, image, one timed start on the tiny model
+        out = package.run(cfg)  # the base image, then the image
         metrics = json.loads((out / "metrics.json").read_text())
-        assert metrics["image_built"] == 1 and metrics["image_bytes"] > 10**8
-        assert metrics["build_s"] > 0 and metrics["start_to_healthy_s"] > 0
-        log = (out / "container.log").read_text()
-        for step in ("unpacking /submission.tar.gz", "prepare_env.sh: uv pip install", "prepare_model.sh --input /models/MiniCPM-SALA",
-                     "starting transformers on 127.0.0.1:"):
-            assert step in log, step
-        assert "base image: making" in (out / "build.log").read_text() or cli.image_exists(base)
+        assert metrics["image_built"] == 1 and metrics["image_bytes"] > 10**8 and metrics["build_s"] > 0
+        assert cli.image_exists(base) and cli.image_exists(tag)
 
         speed = project / "speed.jsonl"
         speed.write_text("".join(json.dumps(r) + "\n" for r in make_speed_set(tiny_tokenizer, "tiny", 4, seed=1)))
         requests, info = prepare(speed, tiny_tokenizer, cfg.bench)
         correctness = ROOT / "src" / "soarlab" / "datasets" / "embedded" / "correctness.jsonl"
-        with open_engine(cfg, tiny_model_dir, project / "serve.log") as server:
+        with open_engine(serve_cfg, tiny_model_dir, project / "serve.log") as server:
             name = f"soarlab-transformers-{server.base_url.rsplit(':', 1)[1]}"
             assert cli.containers(name)
             # the original model is mounted read-only
@@ -105,7 +99,10 @@ def test_cpu_image_from_clean_state_serves_bench_and_correctness(project, tiny_m
         # stopped: no container left, nothing listening where it served
         assert cli.containers(name) == []
         assert not port_in_use("127.0.0.1", int(server.base_url.rsplit(":", 1)[1]))
-        assert "unpacking /submission.tar.gz" in (project / "serve.log").read_text()
+        log = (project / "serve.log").read_text()
+        for step in ("unpacking /submission.tar.gz", "prepare_env.sh: uv pip install", "Checked ",
+                     "prepare_model.sh --input /models/MiniCPM-SALA", "starting transformers on 127.0.0.1:"):
+            assert step in log, step
     finally:
         cli.run(["rmi", "-f", tag], timeout=300)
         cli.run(["rmi", "-f", base], timeout=300)

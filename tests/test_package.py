@@ -24,14 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def project(tmp_path, monkeypatch) -> Path:
-    """A copy of the project's conf/, src/soarlab and pyproject.toml (what package bundles)."""
-    proj = tmp_path / "proj"
-    shutil.copytree(ROOT / "conf", proj / "conf")
-    shutil.copytree(ROOT / "src" / "soarlab", proj / "src" / "soarlab", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "pyproject.toml", proj / "pyproject.toml")
-    monkeypatch.chdir(proj)
-    return proj
+def project(source_project) -> Path:
+    return source_project
 
 
 def make_cfg(engine: str = "transformers", build_image="false", quant=None, **package_changes):
