@@ -63,7 +63,7 @@ def test_cpu_image_from_clean_state_serves_bench_and_correctness(project, tiny_m
     overrides = [
         "engine.port=0", "package.build_image=true", "package.container_cli=podman",
         f"package.cpu_image.base={base}", f"package.cpu_image.tag={tag}", f"paths.base_model={tiny_model_dir}",
-        "bench.levels={S1:1}", "bench.progress=false", "bench.plot=false", "eval.limit=3", "eval.num_concurrent=1",
+        "bench.levels={S1:1}", "bench.progress=false", "bench.plot=false", "eval.limit=2", "eval.num_concurrent=1",
     ]
     # package builds only (its timed start with engine.launcher=container is left to the pipeline: one
     # container start fewer in CI); then the container serves, started the way bench and accuracy start it
@@ -78,7 +78,7 @@ def test_cpu_image_from_clean_state_serves_bench_and_correctness(project, tiny_m
         assert cli.image_exists(base) and cli.image_exists(tag)
 
         speed = project / "speed.jsonl"
-        speed.write_text("".join(json.dumps(r) + "\n" for r in make_speed_set(tiny_tokenizer, "tiny", 4, seed=1)))
+        speed.write_text("".join(json.dumps(r) + "\n" for r in make_speed_set(tiny_tokenizer, "tiny", 3, seed=1)))
         requests, info = prepare(speed, tiny_tokenizer, cfg.bench)
         correctness = ROOT / "src" / "soarlab" / "datasets" / "embedded" / "correctness.jsonl"
         with open_engine(serve_cfg, tiny_model_dir, project / "serve.log") as server:
@@ -93,8 +93,9 @@ def test_cpu_image_from_clean_state_serves_bench_and_correctness(project, tiny_m
             summary, records = accuracy.evaluate(server, correctness, tiny_model_dir, cfg)
         assert report["valid"], report["invalid_reasons"]
         assert len(rows) == len(requests) and all(r["error"] is None for r in rows)
-        assert all(r["server_output_tokens"] == r["client_output_tokens"] == r["output_tokens_asked"] for r in rows)
-        assert len(records) == 3 and all(not r["failed"] and isinstance(r["prediction"], str) for r in records)
+        # the server's count (usage) is the truth; re-tokenizing the streamed text on the client may differ
+        assert all(r["server_output_tokens"] == r["output_tokens_asked"] for r in rows)
+        assert len(records) == 2 and all(not r["failed"] and isinstance(r["prediction"], str) for r in records)
         assert summary["server"]["base_url"] == server.base_url
         # stopped: no container left, nothing listening where it served
         assert cli.containers(name) == []
