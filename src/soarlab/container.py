@@ -40,7 +40,7 @@ class ContainerCLI:
         if check and proc.returncode != 0:
             last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
             raise SoarError(f"`{self.name} {' '.join(args[:3])}` failed (exit {proc.returncode}): {last[0][:300]}",
-                            f"run it by hand to see why; `soarlab doctor` shows the container engine's state")
+                            "run it by hand to see why; `soarlab doctor` shows the container engine's state")
         return proc
 
     def image_exists(self, tag: str) -> bool:
