@@ -34,6 +34,17 @@ def tiny_tokenizer(tiny_model_dir):
     return AutoTokenizer.from_pretrained(tiny_model_dir, trust_remote_code=True)
 
 
+@pytest.fixture
+def source_project(tmp_path, monkeypatch) -> Path:
+    """A copy (the working directory) of the project's conf/, src/soarlab and pyproject.toml (what package bundles)."""
+    proj = tmp_path / "proj"
+    shutil.copytree(ROOT / "conf", proj / "conf")
+    shutil.copytree(ROOT / "src" / "soarlab", proj / "src" / "soarlab", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", proj / "pyproject.toml")
+    monkeypatch.chdir(proj)
+    return proj
+
+
 def make_project(dest: Path) -> tuple[Path, dict[str, str]]:
     """A git repo at `dest` holding this project's tracked and untracked-but-not-ignored files (what a
     fresh clone plus local edits would hold), and the environment to run `dvc`/`soarlab` in it."""

@@ -18,7 +18,7 @@ def test_doctor_reports_no_gpu_and_exits_zero():
     assert rows["cuda"].split()[1] == "NO" and "no GPU" in rows["cuda"]
     assert rows["nvidia-smi"].split()[1] == "NO"
     assert rows["sglang"].split()[1] == "NO" and "not installed" in rows["sglang"]
-    assert "docker engine" in proc.stdout
+    assert "docker engine" in proc.stdout and "podman engine" in proc.stdout
 
 
 def test_import_failure_reason_is_reported(tmp_path, monkeypatch):

@@ -124,18 +124,11 @@ def test_sglang_unquantized_has_no_quantization_flag_and_conflicts_are_errors():
         sglang_engine.server_flags(engine_cfg("sglang", server_args={"quantization": "gptq"}).engine, "awq")
 
 
-def test_sglang_docker_command():
-    cfg = engine_cfg("sglang", launcher="docker", quant={"serve_quantization": "gptq_marlin"})
-    cmd = sglang_engine.build_command(cfg, Path("/data/model"), "127.0.0.1", 30000)
-    assert cmd[:2] == ["docker", "run"]
-    assert cmd[cmd.index("--gpus") + 1] == "all"
-    assert cmd[cmd.index("-p") + 1] == "127.0.0.1:30000:30000"
-    assert cmd[cmd.index("-v") + 1] == "/data/model:/models/MiniCPM-SALA:ro"
-    image_at = cmd.index("ghcr.io/openbmb/soar-toolkit:latest")
-    inner = cmd[image_at + 1:]
-    assert inner[:5] == ["python", "-m", "sglang.launch_server", "--model-path", "/models/MiniCPM-SALA"]
-    assert inner[-2:] == ["--quantization", "gptq_marlin"]
-    assert sglang_engine.served_model_name(cfg, Path("/data/model")) == "/models/MiniCPM-SALA"
+def test_the_old_docker_launcher_is_refused_naming_the_choices():
+    from soarlab.config import compose
+
+    with pytest.raises(SoarError, match=r"engine.launcher.*'local' or 'container'.*got 'docker'"):
+        compose(["engine=sglang", "engine.launcher=docker"], root=ROOT)
 
 
 def test_sglang_without_sglang_installed_says_how_to_fix(tmp_path, monkeypatch):

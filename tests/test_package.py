@@ -1,11 +1,12 @@
-"""package: the submission files, the tarball, the scripts run under real bash; the Docker engine is
-absent on this machine (the real `docker info` fails), and a fake `docker` on PATH stands in for one."""
+"""package: the submission files, the tarball, the checks, the scripts run under real bash. A Docker
+engine cannot run here (no daemon), so a fake `docker` on PATH stands in for one where the Docker
+command line is checked; the real image build and run with Podman are in test_container_image.py."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
+import re
 import subprocess
 import tarfile
 from pathlib import Path
@@ -16,20 +17,15 @@ from omegaconf import OmegaConf
 
 from soarlab.config import compose
 from soarlab.errors import SoarError
+from soarlab.package import checks
 from soarlab.stages import package
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def project(tmp_path, monkeypatch) -> Path:
-    """A copy of the project's conf/, src/soarlab and pyproject.toml (what package bundles)."""
-    proj = tmp_path / "proj"
-    shutil.copytree(ROOT / "conf", proj / "conf")
-    shutil.copytree(ROOT / "src" / "soarlab", proj / "src" / "soarlab", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "pyproject.toml", proj / "pyproject.toml")
-    monkeypatch.chdir(proj)
-    return proj
+def project(source_project) -> Path:
+    return source_project
 
 
 def make_cfg(engine: str = "transformers", build_image="false", quant=None, **package_changes):
@@ -65,9 +61,12 @@ def test_package_outputs_and_tarball(project):
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["tarball_bytes"] == (out / "submission.tar.gz").stat().st_size
     assert metrics["image_built"] == 0 and all(isinstance(v, (int, float)) for v in metrics.values())
-    dockerfile = (out / "Dockerfile").read_text()
-    assert "FROM ghcr.io/openbmb/soar-toolkit:latest" in dockerfile.splitlines()
-    assert "COPY submission/ /submission/" in dockerfile and "source /submission/prepare_env.sh" in dockerfile
+    for name, base in (("Dockerfile", "ghcr.io/openbmb/soar-toolkit:latest"), ("Dockerfile.cpu", "localhost/debian-base:bookworm")):
+        dockerfile = (out / name).read_text()
+        assert f"FROM {base}" in dockerfile.splitlines()
+        assert "COPY submission.tar.gz /submission.tar.gz" in dockerfile and "source /submission/prepare_env.sh" in dockerfile
+        assert "ENV SOARLAB_MODEL_INPUT=/models/MiniCPM-SALA" in dockerfile and "{{" not in dockerfile
+    assert "'transformers[serving]==" in (out / "Dockerfile.cpu").read_text()  # pyproject's pin
     # reproducible: packaging twice gives the same bytes
     first = (out / "submission.tar.gz").read_bytes()
     assert package.run(make_cfg()) and (out / "submission.tar.gz").read_bytes() == first
@@ -75,7 +74,7 @@ def test_package_outputs_and_tarball(project):
 
 def test_scripts_pass_bash_n(project):
     out = package.run(make_cfg())
-    for script in ("submission/prepare_env.sh", "submission/prepare_model.sh", "docker-entrypoint.sh"):
+    for script in ("submission/prepare_env.sh", "submission/prepare_model.sh", "container-entrypoint.sh"):
         result = subprocess.run(["bash", "-n", str(out / script)], capture_output=True, text=True)
         assert result.returncode == 0, (script, result.stderr)
 
@@ -129,6 +128,9 @@ def test_prepare_model_calls_bundled_soarlab(project, tmp_path):
     assert cwd == f"cwd={out / 'submission' / 'soarlab'}"
     assert pp.startswith(f"pp={out / 'submission' / 'soarlab' / 'src'}")
     assert argv == f"-m soarlab.cli prepare-model --input {model_in} --output {tmp_path / 'processed'} quant=submission model=minicpm_sala"
+    result = bash(f'bash "{script}" --input "{model_in}" --output "{tmp_path}/processed"',
+                  env={"SOARLAB_PYTHON": str(fake_py), "SOARLAB_MODEL_GROUP": "tiny"})
+    assert (tmp_path / "call").read_text().splitlines()[2].endswith("quant=submission model=tiny")
     result = bash(f'bash "{script}" --input "{model_in}"')
     assert result.returncode == 2 and "usage" in result.stderr
 
@@ -149,29 +151,79 @@ def test_size_limit(project):
     assert not (project / "reports" / "package").exists()  # nothing half-written
 
 
-def test_docker_missing_auto_skips_and_true_fails(project, tmp_path, monkeypatch):
-    # no Docker engine here: either no client, or a client whose `docker info` fails
-    out = package.run(make_cfg(build_image="auto"))
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["image_built"] is False and summary["image_status"].startswith("image not built: ")
-    assert json.loads((out / "metrics.json").read_text())["image_built"] == 0
-    with pytest.raises(SoarError, match="no Docker engine"):
-        package.run(make_cfg(build_image=True))
+@pytest.mark.parametrize("bad_file, why", [
+    ("src/soarlab/mlflow.db", "mlflow.db"),
+    ("src/soarlab/.venv/lib/site.py", ".venv"),
+    ("conf/data/speed.jsonl", "data"),
+    ("src/soarlab/weights.safetensors", "*.safetensors"),
+    ("conf/.env", ".env"),
+])
+def test_contents_check_refuses_what_the_platform_must_not_get(project, bad_file, why):
+    (project / bad_file).parent.mkdir(parents=True, exist_ok=True)
+    (project / bad_file).write_text("x")
+    with pytest.raises(SoarError, match=rf"must not get: .*{bad_file.split('/', 1)[1] if bad_file.startswith('src') else bad_file}.*{re.escape(repr(why))}"):
+        package.run(make_cfg())
+    assert not (project / "reports" / "package").exists()
 
 
-def test_docker_engine_present_builds_image(project, tmp_path, monkeypatch):
-    """A fake `docker` stands in for a Docker engine (none here)."""
+def test_contents_check_refuses_secrets_and_build_machine_paths(project):
+    (project / "src" / "soarlab" / "leak.py").write_text(f'TOKEN = "hf_{"a" * 34}"\nHOME = "{project}/models"\n')
+    with pytest.raises(SoarError) as err:
+        package.run(make_cfg())
+    assert "leak.py (holds what looks like a key or token)" in str(err.value)
+    assert f"leak.py (holds {project}, a path of the build machine)" in str(err.value)
+
+
+def test_a_clean_submission_passes_the_contents_check(project):
+    out = package.run(make_cfg())
+    assert checks.content_problems(out / "submission.tar.gz", list(make_cfg().package.forbidden), [str(project)]) == []
+
+
+@pytest.mark.parametrize("req", ["git+https://github.com/x/y", "pkg @ https://host/pkg.whl", "/tmp/pkg.whl", "./local"])
+def test_pip_packages_must_come_from_the_index(project, req):
+    with pytest.raises(SoarError, match="fetched from outside the package index"):
+        package.run(make_cfg(pip_packages=["hydra-core==1.3.8", req]))
+
+
+def fake_docker(tmp_path, monkeypatch, info_ok: bool) -> Path:
+    """A `docker` that records its calls: `info` answers (or not), `image inspect` finds every image."""
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "docker").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/docker-calls\n'
-                                    'if [ "$1" = build ]; then ls "$4" > ' f'{tmp_path}/context; fi\n')
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "docker").write_text(
+        f'#!/bin/sh\necho "$@" >> {tmp_path}/docker-calls\n'
+        f'if [ "$1" = info ]; then exit {0 if info_ok else 1}; fi\n'
+        'if [ "$1" = image ] && [ "$3" = --format ]; then echo 123456; fi\n'
+        f'if [ "$1" = build ]; then eval "ctx=\\${{$#}}"; ls "$ctx" > {tmp_path}/context; fi\n')
     (bin_dir / "docker").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    out = package.run(make_cfg(build_image="auto", image_tag="soarlab-test:1"))
-    calls = (tmp_path / "docker-calls").read_text().splitlines()
-    assert calls[0] == "info" and calls[1].startswith("build -t soarlab-test:1 ")
-    assert {"Dockerfile", "submission", "docker-entrypoint.sh"} <= set((tmp_path / "context").read_text().split())
-    assert json.loads((out / "metrics.json").read_text())["image_built"] == 1
+    return tmp_path / "docker-calls"
+
+
+def test_no_engine_auto_skips_and_true_fails(project, tmp_path, monkeypatch):
+    fake_docker(tmp_path, monkeypatch, info_ok=False)
+    out = package.run(make_cfg(build_image="auto", container_cli="docker"))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["image_built"] is False and "engine.launcher is not container" in summary["image_status"]
+    assert json.loads((out / "metrics.json").read_text())["image_built"] == 0
+    with pytest.raises(SoarError, match="no container engine answers"):
+        package.run(make_cfg(build_image=True, container_cli="docker"))
+
+
+def test_docker_build_command(project, tmp_path, monkeypatch):
+    """The Docker command line (no Docker daemon can run here): the CA bundle as a build secret, the
+    wheel directory as a build context, never copied into the context."""
+    calls_file = fake_docker(tmp_path, monkeypatch, info_ok=True)
+    out = package.run(make_cfg(build_image=True, container_cli="docker"))
+    calls = calls_file.read_text().splitlines()
+    build = next(c for c in calls if c.startswith("build ")).split()
+    assert build[:3] == ["build", "--network", "host"]
+    assert any(a.startswith("id=ca_bundle,src=") for a in build) and any(a.startswith("wheels=") for a in build)
+    assert build[build.index("-f") + 1].endswith("Dockerfile.cpu") and build[build.index("-t") + 1] == "soarlab-submission-cpu:latest"
+    context = set((tmp_path / "context").read_text().split())
+    assert {"Dockerfile", "Dockerfile.cpu", "submission.tar.gz", "container-entrypoint.sh"} <= context
+    assert not any(name.endswith((".crt", ".pem", ".whl")) for name in context)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["image_built"] == 1 and metrics["image_bytes"] == 123456 and "start_to_healthy_s" not in metrics
 
 
 def test_submission_flags_come_from_package_sglang_when_the_pipeline_runs_another_engine(project):

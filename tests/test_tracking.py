@@ -37,8 +37,8 @@ def test_one_run_with_params_metrics_artifacts_and_tags(project, monkeypatch):
     assert tracking_uri(cfg) == f"sqlite:///{root / 'mlflow.db'}"
     client = mlflow.MlflowClient(tracking_uri(cfg))
     run = client.get_run(run_id)
-    assert run.info.status == "FINISHED" and run.info.run_name == "gptq_w4"  # the preset; nothing overridden
-    assert run.data.params["engine.port"] == "30000" and run.data.params["quant.name"] == "gptq_w4"
+    assert run.info.status == "FINISHED" and run.info.run_name == cfg.quant.name == "gptq_w4_mixed"  # the preset; nothing overridden
+    assert run.data.params["engine.port"] == "30000" and run.data.params["quant.name"] == "gptq_w4_mixed"
     assert run.data.metrics["bench.S1_duration_s"] == 2.0 and run.data.metrics["accuracy.ori_accuracy"] == 81.5
     assert run.data.metrics["score.final"] == 99.5 and "accuracy.note" not in run.data.metrics
     assert run.data.tags["dvc.experiment"] == "brave-exp" and run.data.tags["soarlab.speed_set_sha"] == "abc"

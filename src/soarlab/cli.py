@@ -48,6 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="what this machine can run (GPU, Docker, SGLang, versions)")
     p.set_defaults(run=_handler("soarlab.doctor:doctor_cli"))
 
+    p = sub.add_parser("base-image", help="make the CPU serving image's Debian base with mmdebstrap (if missing)")
+    p.add_argument("--force", action="store_true", help="make it again even if it exists")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. package.cpu_image.suite=trixie")
+    p.set_defaults(run=_handler("soarlab.container:base_image_cli"))
+
     p = sub.add_parser("eval-score", help="score correctness predictions made elsewhere (RULES.md 3)")
     p.add_argument("--dataset", required=True, help="SOAR-format correctness set (JSONL)")
     p.add_argument("--predictions", required=True, help="JSONL, one object with 'prediction' per dataset line")

@@ -73,16 +73,23 @@ def check_package(name: str, dist: str | None = None, note: str = "", import_it:
     return name, True, f"{version} (imports)"
 
 
-def check_docker() -> list[tuple[str, bool, str]]:
-    if shutil.which("docker") is None:
-        return [("docker client", False, "not installed"), ("docker engine", False, "no docker client")]
-    code, out = _run(["docker", "--version"])
-    rows = [("docker client", code == 0, _first_line(out))]
-    code, out = _run(["docker", "info", "--format", "{{.ServerVersion}}"], timeout=30)
-    if code == 0:
-        rows.append(("docker engine", True, f"server {_first_line(out)}"))
-    else:
-        rows.append(("docker engine", False, f"`docker info` failed: {_first_line(out) or 'no answer'}"))
+def check_container_engines() -> list[tuple[str, bool, str]]:
+    """Docker and Podman, as package.container_cli=auto tries them (soarlab.container)."""
+    from soarlab.container import CLIS, make_cli
+
+    rows = []
+    for name in CLIS:
+        if shutil.which(name) is None:
+            rows.append((f"{name} engine", False, "not installed"))
+            continue
+        cli = make_cli(name)
+        try:
+            proc = cli.run(["version", "--format", "{{.Server.Version}}" if name == "docker" else "{{.Version}}"], timeout=60)
+        except subprocess.TimeoutExpired:
+            rows.append((f"{name} engine", False, f"`{name} version` timed out"))
+            continue
+        ok = proc.returncode == 0 and proc.stdout.strip() != ""
+        rows.append((f"{name} engine", ok, proc.stdout.strip() if ok else f"no engine answers: {_first_line(proc.stderr)}"[:300]))
     return rows
 
 
@@ -101,7 +108,7 @@ def collect() -> list[tuple[str, bool, str]]:
     rows.append(check_package("transformers"))
     rows.append(check_package("gptqmodel", note=" (needed by the quantize stage)"))
     rows.append(check_package("sglang", import_it=True, note=" (GPU machines: pip install 'soarlab[gpu]'; here use engine=transformers)"))
-    rows += check_docker()
+    rows += check_container_engines()
     rows.append(check_nvidia_smi())
     from soarlab import leftovers
 

@@ -111,8 +111,13 @@ class ServedEngine(Group):
     stop_grace_s: Pause
 
 
+Launcher = Literal["local", "container"]  # container: inside the serving image `package` builds
+
+
 class TransformersEngine(ServedEngine):
     name: Literal["transformers"]
+    launcher: Launcher
+    container_args: Args
     device: str
     dtype: str
     trust_remote_code: bool
@@ -125,13 +130,11 @@ ServerArg = Union[bool, int, float, str, list[Union[int, float, str]], None]
 
 class SGLangEngine(ServedEngine):
     name: Literal["sglang"]
-    launcher: Literal["python", "docker"]
+    launcher: Launcher
     python: str | None
-    image: str
-    container_model_dir: str
-    docker_gpus: str
-    docker_shm_size: str
-    docker_args: Args
+    container_gpus: str
+    container_shm_size: str
+    container_args: Args
     server_args: dict[str, ServerArg]
 
 
@@ -243,6 +246,17 @@ class ScoreGroup(Group):
 
 
 # ---- package, tracking, paths ----
+class CpuImage(Group):
+    tag: str
+    base: str
+    suite: str
+    apt_sources: str | None
+    torch: str
+    torch_index_url: str
+    uv: str
+    engine_packages: list[str]
+
+
 class PackageGroup(Group):
     name: str
     base_image: str
@@ -251,8 +265,13 @@ class PackageGroup(Group):
     max_size_bytes: PositiveInt
     pip_packages: list[str]
     uv_extra_args: Args
+    container_cli: Literal["auto", "docker", "podman"]
     build_image: Literal["auto"] | bool
     image_tag: str
+    platform_model_dir: str
+    processed_model_dir: str
+    cpu_image: CpuImage
+    forbidden: list[str]
 
 
 class TrackingGroup(Group):

@@ -6,8 +6,9 @@
         ...  # server.base_url, server.api ("sglang" | "openai"), server.model, server.supports_ignore_eos
 
 `cfg.engine.name` picks the engine: `transformers` (CPU, `transformers serve`), `sglang`
-(GPU: `python -m sglang.launch_server` or the same in `docker run`), `external` (a server
-someone else started; nothing is started or stopped). A started server runs in its own
+(GPU: `python -m sglang.launch_server`), `external` (a server someone else started; nothing is
+started or stopped). `engine.launcher=container` runs transformers or sglang inside the serving
+image instead, on the original model (paths.base_model), as the platform does. A started server runs in its own
 process group with its output in `log_path`, and is always stopped when the block exits
 (also on errors, Ctrl-C and SIGTERM); it dies with this process even on SIGKILL (process.py).
 Its port is leased (lease.py): a taken `engine.port` gives a free one, said on stderr.
@@ -23,6 +24,7 @@ from soarlab.engines.server import Server
 from soarlab.errors import SoarError
 
 ENGINES = ("transformers", "sglang", "external")
+LAUNCHERS = ("local", "container")
 
 __all__ = ["ENGINES", "Server", "open_engine"]
 
@@ -31,6 +33,12 @@ __all__ = ["ENGINES", "Server", "open_engine"]
 def open_engine(cfg, model_dir: str | Path, log_path: str | Path) -> Iterator[Server]:
     """Start the engine named by `cfg.engine.name` on `model_dir`; yield a ready `Server`; stop it."""
     name = cfg.engine.name
+    if cfg.engine.get("launcher") == "container":  # external has no launcher
+        from soarlab.engines.container import open_container
+
+        with open_container(cfg, Path(log_path)) as server:
+            yield server
+        return
     if name == "transformers":
         from soarlab.engines.transformers_engine import open_transformers as opener
     elif name == "sglang":

@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -82,7 +81,7 @@ class ServerRecord:
     cmd: list[str]
     log: str
     started: str
-    container: str | None = None  # engine.launcher=docker: stopping the client does not stop it
+    container: list[str] | None = None  # [cli, name] (engine.launcher=container): stopping the client does not stop it
 
     def alive(self) -> bool:
         """The server, or any process of its group (the workers of a multi-process server), still runs."""
@@ -125,9 +124,11 @@ def stop_group(pgid: int, grace_s: float, reap=lambda: None) -> None:
 def stop_stale(record: ServerRecord, grace_s: float = 10.0) -> bool:
     """Stop a server whose run is gone; True if there was something to stop."""
     stopped = False
-    if record.container and shutil.which("docker"):
-        stopped = subprocess.run(["docker", "stop", "-t", str(int(grace_s)), record.container], capture_output=True,
-                                 timeout=grace_s + 30, check=False).returncode == 0
+    if record.container and shutil.which(record.container[0]):
+        from soarlab.container import make_cli
+
+        cli_name, name = record.container
+        stopped = make_cli(cli_name).run(["stop", "-t", str(int(grace_s)), name], timeout=grace_s + 30).returncode == 0
     if record.alive():
         stop_group(record.pgid, grace_s)
         stopped = True
@@ -161,7 +162,7 @@ class PortLease:
         except (OSError, ValueError, TypeError):
             return None
 
-    def write(self, pid: int, cmd: list[str], log: str | Path, container: str | None = None) -> None:
+    def write(self, pid: int, cmd: list[str], log: str | Path, container: list[str] | None = None) -> None:
         record = ServerRecord(
             port=self.port, pid=pid, pgid=pid, start_time=process_start_time(pid), owner_pid=os.getpid(),
             cmd=list(cmd), log=str(log), started=dt.datetime.now().isoformat(timespec="seconds"), container=container,

@@ -101,12 +101,12 @@ def managed_server(
     extra_stop: Callable[[], None] | None = None,
     poll_interval_s: float = 0.5,
     lease: PortLease | None = None,
-    container: str | None = None,
+    container: list[str] | None = None,
 ) -> Iterator[subprocess.Popen]:
     """Start `cmd` (own session, output to `log_path`), yield once `base_url` is healthy, stop on exit.
 
     `lease`: the held lease of the server's port, where the server is recorded while it runs
-    (`container`: its Docker container, if any), so that a later run can find it.
+    (`container`: [container CLI, name] of its container, if any), so that a later run can find it.
     Raises SoarError naming the log and its last lines if the process exits or is not healthy
     within `startup_timeout_s`.
     """

@@ -1,4 +1,6 @@
-"""engine=sglang: `python -m sglang.launch_server` (GPU machine) or the same inside `docker run`.
+"""engine=sglang: `python -m sglang.launch_server` on a GPU machine (engine.launcher=local).
+
+engine.launcher=container runs the GPU serving image instead (soarlab.engines.container).
 
 The server flags come from `engine.server_args` (flag name -> value; true = bare flag,
 false/null = omitted) plus `--quantization` from `quant.serve_quantization`. The same code
@@ -12,8 +14,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import shlex
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -80,67 +80,30 @@ def render_server_args(cfg) -> str:
     return shlex.join(server_flags(cfg.engine, cfg.quant.serve_quantization))
 
 
-def container_name(port: int) -> str:
-    return f"soarlab-sglang-{port}"
-
-
 def build_command(cfg, model_dir: Path, host: str, port: int) -> list[str]:
-    """The launch command for engine.launcher (python | docker)."""
-    engine = cfg.engine
-    launcher = str(engine.launcher)
-    flags = server_flags(engine, cfg.quant.serve_quantization)
-    if launcher == "python":
-        python = engine.python or sys.executable
-        return [str(python), "-m", "sglang.launch_server", "--model-path", str(model_dir),
-                "--host", host, "--port", str(port), *flags]
-    if launcher == "docker":
-        inner_model = str(engine.container_model_dir)
-        publish_host = "127.0.0.1" if host in ("127.0.0.1", "localhost") else host
-        return [
-            "docker", "run", "--rm", "--name", container_name(port),
-            "--gpus", str(engine.docker_gpus),
-            "--shm-size", str(engine.docker_shm_size),
-            "-p", f"{publish_host}:{port}:{port}",
-            "-v", f"{Path(model_dir).resolve()}:{inner_model}:ro",
-            *[str(a) for a in engine.docker_args],
-            str(engine.image),
-            "python", "-m", "sglang.launch_server", "--model-path", inner_model,
-            "--host", "0.0.0.0", "--port", str(port), *flags,
-        ]
-    raise SoarError(f"unknown engine.launcher {launcher!r}", "use engine.launcher=python or engine.launcher=docker")
+    """`python -m sglang.launch_server` on model_dir with the configured flags."""
+    python = cfg.engine.python or sys.executable
+    return [str(python), "-m", "sglang.launch_server", "--model-path", str(model_dir),
+            "--host", host, "--port", str(port), *server_flags(cfg.engine, cfg.quant.serve_quantization)]
 
 
-def served_model_name(cfg, model_dir: Path) -> str:
+def served_model_name(cfg, model_dir: Path | str) -> str:
+    """What SGLang serves the model as: --served-model-name if set, else the model path."""
     name = None
     for key, value in cfg.engine.server_args.items():
         if flag_name(key) == "served-model-name" and value not in (None, False, True):
             name = str(value)
-    if name:
-        return name
-    if cfg.engine.launcher == "docker":
-        return str(cfg.engine.container_model_dir)
-    return str(model_dir)
+    return name or str(model_dir)
 
 
 def preflight(cfg) -> None:
     """Fail early, with the fix, where SGLang cannot start on this machine."""
-    launcher = str(cfg.engine.launcher)
-    if launcher == "python" and not cfg.engine.python:
-        if importlib.util.find_spec("sglang") is None:
-            raise SoarError(
-                "sglang is not installed in this Python (it needs an NVIDIA GPU)",
-                "on a GPU machine `pip install 'soarlab[gpu]'`, or engine.launcher=docker, "
-                "or engine=transformers on CPU; `soarlab doctor` shows what this machine has",
-            )
-    elif launcher == "docker":
-        if shutil.which("docker") is None:
-            raise SoarError("docker is not installed", "install Docker with the NVIDIA container toolkit, or engine.launcher=python")
-        try:
-            ok = subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
-        except subprocess.TimeoutExpired:
-            ok = False
-        if not ok:
-            raise SoarError("no Docker engine answers `docker info`", "start the Docker daemon, or engine.launcher=python")
+    if not cfg.engine.python and importlib.util.find_spec("sglang") is None:
+        raise SoarError(
+            "sglang is not installed in this Python (it needs an NVIDIA GPU)",
+            "on a GPU machine `pip install 'soarlab[gpu]'`, or engine.launcher=container, "
+            "or engine=transformers on CPU; `soarlab doctor` shows what this machine has",
+        )
 
 
 @contextlib.contextmanager
@@ -148,21 +111,12 @@ def open_sglang(cfg, model_dir: Path, log_path: Path) -> Iterator[Server]:
     model_dir = validate_model_dir(Path(model_dir).resolve())
     preflight(cfg)
     ep = endpoint(cfg)
-    docker = cfg.engine.launcher == "docker"
-    with port_lease(ep.host, ep.port) as lease:
-        container = container_name(lease.port) if docker else None
-
-        def docker_stop() -> None:
-            subprocess.run(["docker", "stop", "-t", str(int(ep.stop_grace_s)), container],
-                           capture_output=True, timeout=ep.stop_grace_s + 30)
-
-        with managed_server(
-            build_command(cfg, model_dir, ep.host, lease.port),
-            base_url=ep.on_port(lease.port), log_path=log_path, startup_timeout_s=ep.startup_timeout_s,
-            stop_grace_s=ep.stop_grace_s, name="sglang server", extra_stop=docker_stop if docker else None,
-            lease=lease, container=container,
-        ):
-            yield Server(
-                base_url=ep.on_port(lease.port), api="sglang", model=served_model_name(cfg, model_dir),
-                supports_ignore_eos=True, has_flush_cache=True, log_path=Path(log_path),
-            )
+    with port_lease(ep.host, ep.port) as lease, managed_server(
+        build_command(cfg, model_dir, ep.host, lease.port),
+        base_url=ep.on_port(lease.port), log_path=log_path, startup_timeout_s=ep.startup_timeout_s,
+        stop_grace_s=ep.stop_grace_s, name="sglang server", lease=lease,
+    ):
+        yield Server(
+            base_url=ep.on_port(lease.port), api="sglang", model=served_model_name(cfg, model_dir),
+            supports_ignore_eos=True, has_flush_cache=True, log_path=Path(log_path),
+        )

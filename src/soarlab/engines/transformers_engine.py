@@ -13,16 +13,18 @@ from soarlab.engines.server import Server
 from soarlab.hub import validate_model_dir
 
 
+def serve_flags(cfg) -> list[str]:
+    """The `transformers serve` options from engine.* (all but the model, host and port)."""
+    engine = cfg.engine
+    flags = ["--trust-remote-code"] if engine.trust_remote_code else []
+    flags += ["--device", str(engine.device), "--dtype", str(engine.dtype), "--log-level", str(engine.log_level)]
+    return flags + [str(a) for a in engine.extra_args]
+
+
 def build_command(cfg, model_dir: Path, host: str, port: int) -> list[str]:
     """The server command. Runs through soarlab.engines.transformers_serve (remote-code fix, see there)."""
-    cmd = [sys.executable, "-m", "soarlab.engines.transformers_serve", "serve", str(model_dir)]
-    engine = cfg.engine
-    if engine.trust_remote_code:
-        cmd.append("--trust-remote-code")
-    cmd += ["--host", host, "--port", str(port)]
-    cmd += ["--device", str(engine.device), "--dtype", str(engine.dtype), "--log-level", str(engine.log_level)]
-    cmd += [str(a) for a in engine.extra_args]
-    return cmd
+    return [sys.executable, "-m", "soarlab.engines.transformers_serve", "serve", str(model_dir),
+            "--host", host, "--port", str(port), *serve_flags(cfg)]
 
 
 @contextlib.contextmanager

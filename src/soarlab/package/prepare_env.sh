@@ -25,7 +25,11 @@ _soarlab_install_deps() {
     fi
 }
 
-if ! _soarlab_install_deps; then
+# SOARLAB_ENV_OK tells a caller (the serving image's build) whether the install worked.
+if _soarlab_install_deps; then
+    export SOARLAB_ENV_OK=1
+else
+    export SOARLAB_ENV_OK=0
     echo "prepare_env.sh: WARNING: installing the quantization packages failed; prepare_model.sh will fail" >&2
 fi
 unset -f _soarlab_install_deps

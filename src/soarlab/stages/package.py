@@ -2,9 +2,18 @@
 
     reports/package/submission/         prepare_env.sh, prepare_model.sh, soarlab/ (src, conf, pyproject.toml)
     reports/package/submission.tar.gz   what is uploaded (size checked against package.max_size_bytes)
-    reports/package/Dockerfile          the submission in the base image (+ docker-entrypoint.sh)
-    reports/package/metrics.json        tarball_bytes, submission_files, size_limit_bytes, image_built
+    reports/package/Dockerfile          GPU serving image: the submission on the platform's image
+    reports/package/Dockerfile.cpu      CPU serving image: the same flow on Debian + transformers serve
+    reports/package/container-entrypoint.sh   the platform's flow in the container (RULES.md 4)
+    reports/package/metrics.json        tarball_bytes, submission_files, size_limit_bytes, image_built,
+                                        image_bytes, build_s, start_to_healthy_s (when built)
     reports/package/summary.json        SGLANG_SERVER_ARGS, quant preset, image status and why
+    reports/package/build.log, container.log   the image build and the timed container start
+
+Before anything is written the submission is checked (soarlab.package.checks): size limit,
+contents, installs from the package index only. The image for engine.name is built with
+package.container_cli when package.build_image says so (auto: when engine.launcher=container),
+then started once the way bench and accuracy start it, to time start-to-healthy.
 
 SGLANG_SERVER_ARGS is rendered by soarlab.engines.sglang from the engine config (the same code
 that launches SGLang here); when the pipeline runs another engine (transformers on CPU), the
@@ -20,16 +29,16 @@ import io
 import re
 import shlex
 import shutil
-import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from soarlab.atomic import atomic_dir, write_json
-from soarlab.engines.process import log_tail
 from soarlab.errors import SoarError
-from soarlab.package import TEMPLATES, render
+from soarlab.package import TEMPLATES, checks, render
+from soarlab.package.image import write_dockerfiles
 from soarlab.paths import project_root
 
 SAFE_TOKEN = re.compile(r"^[A-Za-z0-9_./:=,+@%-]+$")
@@ -79,37 +88,34 @@ def make_tarball(src_dir: Path, tar_path: Path) -> int:
     return tar_path.stat().st_size
 
 
-def docker_engine() -> tuple[bool, str]:
-    """(available, why): the docker client exists and an engine answers `docker info`."""
-    if shutil.which("docker") is None:
-        return False, "docker client not installed"
-    try:
-        proc = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=30)
-    except subprocess.TimeoutExpired:
-        return False, "`docker info` timed out (no Docker engine answering)"
-    if proc.returncode != 0:
-        lines = [line for line in (proc.stderr or proc.stdout).strip().splitlines() if line.strip()]
-        return False, "no Docker engine answers `docker info`" + (f" ({lines[-1].strip()[:200]})" if lines else "")
-    return True, "Docker engine answers `docker info`"
+def build_and_time(cfg, out: Path) -> tuple[dict, str]:
+    """Build the engine's serving image and start it once; (metrics, status). See the module docstring."""
+    import time
 
+    from soarlab.container import container_cli
+    from soarlab.engines import open_engine
+    from soarlab.package.image import build, image_spec
 
-def build_mode(value) -> str:
-    text = str(value).strip().lower()
-    if text in ("auto",):
-        return "auto"
-    if text in ("true", "1", "yes", "on"):
-        return "true"
-    if text in ("false", "0", "no", "off", "none"):
-        return "false"
-    raise SoarError(f"package.build_image={value!r} is not auto, true or false", "set package.build_image=auto")
-
-
-def build_image(context: Path, tag: str, log_path: Path) -> None:
-    with open(log_path, "wb") as log:
-        code = subprocess.run(["docker", "build", "-t", tag, str(context)], stdout=log, stderr=subprocess.STDOUT).returncode
-    if code != 0:
-        raise SoarError(f"docker build of {tag} failed (exit {code}); log {log_path}: {log_tail(log_path)}",
-                        f"read {log_path}, or set package.build_image=false to only write the files")
+    spec = image_spec(cfg)
+    if spec is None:
+        raise SoarError(f"engine={cfg.engine.name} has no serving image to build",
+                        "use engine=transformers (CPU image) or engine=sglang (GPU image), or package.build_image=false")
+    cli = container_cli(cfg.package.container_cli)
+    # Logs are written outside the atomic output, so that a failure leaves them behind; copied in on success.
+    logs = Path(cfg.paths.reports) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    (logs / "package-build.log").unlink(missing_ok=True)
+    build_s = build(cli, cfg, spec, out, logs / "package-build.log")
+    shutil.copy2(logs / "package-build.log", out / "build.log")
+    metrics = {"image_built": 1, "image_bytes": cli.image_bytes(spec.tag), "build_s": round(build_s, 2)}
+    status = f"built {spec.tag} with {cli.name} in {build_s:.1f} s"
+    if cfg.engine.get("launcher") != "container":
+        return metrics, status + " (not started: engine.launcher is not container)"
+    start = time.monotonic()
+    with open_engine(cfg, cfg.paths.base_model, logs / "package-container.log"):
+        metrics["start_to_healthy_s"] = round(time.monotonic() - start, 2)
+    shutil.copy2(logs / "package-container.log", out / "container.log")
+    return metrics, status + f"; healthy {metrics['start_to_healthy_s']} s after start"
 
 
 def run(cfg) -> Path:
@@ -118,11 +124,13 @@ def run(cfg) -> Path:
     pkg = cfg.package
     server_args = server_args_string(cfg)
     quant, quant_preset = cfg.quant, str(cfg.quant.name)
-    mode = build_mode(pkg.build_image)
+    mode = str(pkg.build_image).lower()  # auto | true | false (soarlab.schema)
     tag = str(pkg.image_tag)
     version = f"soarlab {_version()}"
     packages = " ".join(shlex.quote(str(p)) for p in pkg.pip_packages)
-    uv_extra = " ".join(shlex.quote(str(a)) for a in pkg.uv_extra_args)
+    uv_extra_args = [str(a) for a in pkg.uv_extra_args]
+    uv_extra = " ".join(shlex.quote(a) for a in uv_extra_args)
+    checks.check_index_only([str(p) for p in pkg.pip_packages], uv_extra_args)
 
     with atomic_dir(out) as tmp:
         sub = tmp / "submission"
@@ -142,37 +150,30 @@ def run(cfg) -> Path:
             f"# The quant section this submission was packaged with (preset {quant_preset}), frozen by soarlab package.\n"
             + quant_yaml
         )
-        (tmp / "Dockerfile").write_text(render("Dockerfile", {"BASE_IMAGE": str(pkg.base_image), "IMAGE_TAG": tag}))
-        shutil.copy2(TEMPLATES / "docker-entrypoint.sh", tmp / "docker-entrypoint.sh")
-        (tmp / ".dockerignore").write_text("submission.tar.gz\n*.log\nmetrics.json\nsummary.json\n")
+        shutil.copy2(TEMPLATES / "container-entrypoint.sh", tmp / "container-entrypoint.sh")
+        write_dockerfiles(cfg, tmp, root)
 
         tar_path = tmp / "submission.tar.gz"
         size = make_tarball(sub, tar_path)
         limit = int(pkg.max_size_bytes)
-        if size > limit:
-            raise SoarError(
-                f"submission.tar.gz is {size} bytes, over the limit of {limit} bytes (package.max_size_bytes, RULES.md 4)",
-                "keep weights and large files out of src/ and conf/ (quantization runs on the platform)",
-            )
+        checks.check_size(size, limit)
+        checks.check_contents(tar_path, list(pkg.forbidden), [str(root), sys.prefix])
 
-        available, why = (False, "package.build_image=false") if mode == "false" else docker_engine()
-        built = False
-        if mode == "true" and not available:
-            raise SoarError(f"no Docker engine to build the image ({why})",
-                            "start the Docker daemon, or set package.build_image=auto (or false) to skip the image")
-        if mode != "false" and available:
-            build_image(tmp, tag, tmp / "docker-build.log")
-            built, why = True, f"built {tag}"
-        elif mode == "auto":
-            why = f"image not built: {why}"
+        metrics = {"image_built": 0}
+        if mode == "false":
+            why = "image not built: package.build_image=false"
+        elif mode == "auto" and cfg.engine.get("launcher") != "container":
+            why = "image not built: engine.launcher is not container (package.build_image=true builds it anyway)"
+        else:
+            metrics, why = build_and_time(cfg, tmp)
         n_files = sum(1 for p in sub.rglob("*") if p.is_file())
         write_json(tmp / "metrics.json", {
-            "tarball_bytes": size, "submission_files": n_files, "size_limit_bytes": limit, "image_built": int(built),
+            "tarball_bytes": size, "submission_files": n_files, "size_limit_bytes": limit, **metrics,
         })
         write_json(tmp / "summary.json", {
             "sglang_server_args": server_args, "quant_preset": quant_preset, "base_image": str(pkg.base_image),
-            "image_tag": tag, "build_image": mode, "image_built": built, "image_status": why,
-            "tarball": "submission.tar.gz",
+            "image_tag": tag, "cpu_image_tag": str(pkg.cpu_image.tag), "build_image": mode,
+            "image_built": bool(metrics["image_built"]), "image_status": why, "tarball": "submission.tar.gz",
         })
     print(f"package: {out / 'submission.tar.gz'} ({size} bytes); SGLANG_SERVER_ARGS={server_args}; {why}")
     return out
