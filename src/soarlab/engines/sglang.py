@@ -27,6 +27,18 @@ from soarlab.errors import SoarError
 
 # Set by the launcher from engine.host / engine.port and the model directory, never by server_args.
 RESERVED_FLAGS = ("model-path", "model", "host", "port")
+# SGLang's JIT compilers and the variable that moves each one's cache under engine.jit_cache_dir.
+JIT_CACHE_VARS = {"TVM_FFI_CACHE_DIR": "tvm-ffi", "TRITON_CACHE_DIR": "triton", "FLASHINFER_WORKSPACE_BASE": "flashinfer"}
+CONTAINER_JIT_DIR = "/soarlab-jit-cache"
+
+
+def jit_cache_env(cfg, base: str | None = None) -> dict[str, str]:
+    """Environment that points the JIT caches at engine.jit_cache_dir (or `base`); {} when it is null."""
+    configured = cfg.engine.get("jit_cache_dir")
+    if not configured:
+        return {}
+    root = base or str(Path(str(configured)).expanduser())
+    return {var: f"{root}/{sub}" for var, sub in JIT_CACHE_VARS.items()}
 
 
 def flag_name(key: str) -> str:
@@ -99,12 +111,22 @@ def build_command(cfg, model_dir: Path, host: str, port: int) -> list[str]:
             "--shm-size", str(opt(cfg, "engine.docker_shm_size", "16g")),
             "-p", f"{publish_host}:{port}:{port}",
             "-v", f"{Path(model_dir).resolve()}:{inner_model}:ro",
+            *jit_docker_args(cfg),
             *[str(a) for a in (opt(cfg, "engine.docker_args", None) or [])],
             str(opt(cfg, "engine.image", "ghcr.io/openbmb/soar-toolkit:latest")),
             "python", "-m", "sglang.launch_server", "--model-path", inner_model,
             "--host", "0.0.0.0", "--port", str(port), *flags,
         ]
     raise SoarError(f"unknown engine.launcher {launcher!r}", "use engine.launcher=python or engine.launcher=docker")
+
+
+def jit_docker_args(cfg) -> list[str]:
+    """Mount engine.jit_cache_dir into the container and point the JIT caches there."""
+    env = jit_cache_env(cfg, CONTAINER_JIT_DIR)
+    if not env:
+        return []
+    host_dir = Path(str(cfg.engine.jit_cache_dir)).expanduser()
+    return ["-v", f"{host_dir}:{CONTAINER_JIT_DIR}", *[a for k, v in env.items() for a in ("-e", f"{k}={v}")]]
 
 
 def served_model_name(cfg, model_dir: Path) -> str:
@@ -154,8 +176,11 @@ def open_sglang(cfg, model_dir: Path, log_path: Path) -> Iterator[Server]:
         subprocess.run(["docker", "stop", "-t", str(int(ep.stop_grace_s)), container_name(ep.port)],
                        capture_output=True, timeout=ep.stop_grace_s + 30)
 
+    env = jit_cache_env(cfg)
+    if cfg.engine.get("jit_cache_dir"):
+        Path(str(cfg.engine.jit_cache_dir)).expanduser().mkdir(parents=True, exist_ok=True)
     with managed_server(
-        build_command(cfg, model_dir, ep.host, ep.port),
+        build_command(cfg, model_dir, ep.host, ep.port), env=None if docker else env,
         base_url=ep.base_url, log_path=log_path, startup_timeout_s=ep.startup_timeout_s,
         stop_grace_s=ep.stop_grace_s, name="sglang server", extra_stop=docker_stop if docker else None,
     ):
