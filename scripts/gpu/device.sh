@@ -27,6 +27,8 @@ unpack() {
 }
 
 driver() {  # runs detached; one line per step in $RES/driver.log
+  local mq=$PWD/.gpu/mq
+  cd "$REPO"  # SOAR Lab composes conf/ of the folder it runs in: this code's, not the checkout's
   ( "$PY" -c 'import torch; from sglang.kernels.ops.quantization.gptq_marlin import _jit_gptq_marlin_module as m; m(torch.bfloat16)' > $RES/jit_gemm.log 2>&1 &
     "$PY" -c 'from sglang.kernels.ops.quantization.gptq_marlin_repack import _jit_gptq_marlin_repack_module as m; m()' > $RES/jit_repack.log 2>&1 &
     wait; date +%s > $RES/jit.done ) &
@@ -40,7 +42,7 @@ driver() {  # runs detached; one line per step in $RES/driver.log
     set -- $step; name=$1; shift
     echo "$(date +%T) step $name $*"
     case $name in
-      marlin) "$PY" "$HERE/marlin_check.py" serve --out $RES/marlin --inputs "$PWD/.gpu/mq" --jit-done $RES/jit.done "$@" ;;
+      marlin) "$PY" "$HERE/marlin_check.py" serve --out $RES/marlin --inputs "$mq" --jit-done $RES/jit.done "$@" ;;
       engine*) wait "${prep[$name]}"; "$PY" "$HERE/engine_check.py" --out $RES/$name --work /tmp/$name "$@" ;;
       *) echo "unknown step $name" ;;
     esac > $RES/$name.log 2>&1
@@ -69,6 +71,7 @@ case ${1:-} in
     nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv,noheader
     "$PY" -c 'import sys, torch, sglang, transformers; print(sys.version.split()[0], torch.__version__, sglang.__version__, transformers.__version__)'
     setsid nohup bash "$0" _driver "$@" > $RES/driver.log 2>&1 < /dev/null &
+    until [ -f $RES/driver.log ]; do sleep 0.2; done
     poll "${POLL_S:-560}" ;;
   _driver) shift; driver "$@" ;;
   poll) poll "${2:-560}" ;;

@@ -86,8 +86,9 @@ def fused_problems(dynamic: dict, base_bits, stored: dict[str, str]) -> list[str
             want, sglang = next(iter(kinds.values())), _precision(dynamic, fused_name, base_bits)
             if sglang != want:
                 problems.append(f"{fused_name}: {'/'.join(kinds)} are stored {want}, but SGLang looks `dynamic` up "
-                                f"under the fused name and builds it {sglang} (no rule matches {fused_name}); "
-                                f"add the fused name to the rule's regex, as soarlab.quant.rules writes it")
+                                f"under the fused name and builds it {sglang} (no rule matches {fused_name}), so it "
+                                f"fails loading the weights (SGLang 0.5.17, seen on an H200); add the fused name to the "
+                                f"rule's regex, as soarlab.quant.rules writes it")
     return problems
 
 
