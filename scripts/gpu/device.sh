@@ -55,12 +55,13 @@ driver() {  # runs detached; one line per step in $RES/driver.log
 poll() {
   [ -f $RES/driver.log ] || { echo "no driver on this machine (a fresh one?): run start again"; return 3; }
   local end=$(( $(date +%s) + $1 ))
-  until grep -q DONE $RES/driver.log 2>/dev/null || [ "$(date +%s)" -ge "$end" ]; do sleep 5; done
-  cat $RES/driver.log
-  if [ -n "${OUT:-}" ]; then
-    tar czf "$OUT/results.tgz" -C $RES . 2>/dev/null
+  copy() {  # what $OUT holds comes back even when the call is cut at its limit: keep it current
+    [ -n "${OUT:-}" ] || return 0
     for f in $RES/*/results.json; do [ -f "$f" ] && cp "$f" "$OUT/$(basename "$(dirname "$f")").json"; done
-  fi
+  }
+  until grep -q DONE $RES/driver.log 2>/dev/null || [ "$(date +%s)" -ge "$end" ]; do copy; sleep 5; done
+  cat $RES/driver.log
+  copy; [ -n "${OUT:-}" ] && tar czf "$OUT/results.tgz" -C $RES . 2>/dev/null
   grep -q DONE $RES/driver.log
 }
 
