@@ -9,7 +9,7 @@ import sys
 
 from soarlab.errors import SoarError
 
-STAGES = ("fetch-model", "fetch-data", "quantize", "package", "bench", "accuracy", "score", "track")
+STAGES = ("fetch-model", "fetch-data", "quantize", "package", "evaluate", "bench", "accuracy", "score", "track")
 
 
 def _handler(target: str):
