@@ -14,9 +14,10 @@ WORK=${PACK_WORK:-$DEST/.pack}
 P="--no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_34_x86_64
    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any"
 mkdir -p "$WORK/all" "$DEST/c1"
-python3 -m pip download $P -d "$WORK/all" -r "$SRC/scripts/gpu/wheels.txt"
+# --isolated: a site-wide pip config (constraints, extra indexes) must not bend the pins; PIP_CERT still applies
+python3 -m pip --isolated download ${PIP_CERT:+--cert "$PIP_CERT"} $P -d "$WORK/all" -r "$SRC/scripts/gpu/wheels.txt"
 rm -rf "$WORK/site"
-python3 -m pip install $P --no-index --no-compile --target "$WORK/site" "$WORK"/all/*.whl
+python3 -m pip --isolated install $P --no-index --no-compile --target "$WORK/site" "$WORK"/all/*.whl
 cd "$WORK/site"
 rm -rf sgl_kernel/sm100 sgl_kernel/infllm_ops*.so sgl_kernel/flashmla_ops.abi3.so xgrammar/lib zstandard/_cffi*.so \
   sglang/multimodal_gen
