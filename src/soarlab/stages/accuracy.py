@@ -4,7 +4,7 @@ Reads  eval, score, model.baseline_accuracy, engine; data/correctness.jsonl; mod
 Writes reports/accuracy/summary.json    ori, normalized, C, per-task scores, bootstrap CI, warnings
        reports/accuracy/predictions.jsonl one line per dataset row: prediction, extracted answer, score
        reports/accuracy/metrics.json    flat numbers (for tracking)
-       reports/accuracy/server.log      the engine's log
+       reports/accuracy/server.log      the engine's log (when run alone; under `evaluate`, reports/logs/evaluate-server.log)
 """
 
 from __future__ import annotations
