@@ -30,7 +30,8 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "scripts" / "gpu")]
+import official  # noqa: E402  (scripts/gpu/official.py: the one runner of sglang.bench_serving)
 
 
 def start_server(delay: float) -> tuple[subprocess.Popen, str]:
@@ -74,20 +75,13 @@ def official_available(python: str) -> tuple[bool, str]:
 
 
 def official_level(python, url, dataset, tokenizer_dir, n, conc, tmp: Path) -> dict:
-    """One run of the official tool (its own warm-up, flush, 1 s pause, timed run); figures from --output-file."""
-    out_file = tmp / f"official.{time.monotonic_ns()}.jsonl"
-    cmd = [python, "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", url, "--dataset-name", "custom",
-           "--dataset-path", str(dataset), "--num-prompts", str(n), "--tokenizer", str(tokenizer_dir),
-           "--model", str(tokenizer_dir), "--flush-cache", "--disable-tqdm", "--output-file", str(out_file)]
-    if conc:
-        cmd += ["--max-concurrency", str(conc)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
-    if r.returncode != 0 or not out_file.exists():
-        tail = (r.stdout + r.stderr).strip().splitlines()[-5:]
-        raise SystemExit(f"official tool failed (rc {r.returncode}): {' | '.join(tail)}\ncommand: {' '.join(cmd)}")
-    res = json.loads(out_file.read_text().strip().splitlines()[-1])
+    """One run of the official tool (its own warm-up, flush, 1 s pause, timed run)."""
+    res = official.run(url, Path(tokenizer_dir), tmp / f"official.{time.monotonic_ns()}.jsonl", dataset=dataset,
+                       num_prompts=n, max_concurrency=conc, python=python, timeout_s=3600)
+    if res["rc"] != 0:
+        raise SystemExit(f"official tool failed (rc {res['rc']}): {res['error'][-800:]}")
     if res.get("completed") != n:
-        raise SystemExit(f"official tool completed {res.get('completed')} of {n} requests: {r.stdout[-2000:]}")
+        raise SystemExit(f"official tool completed {res.get('completed')} of {n} requests")
     return {"duration_s": res["duration"], "req_s": res["request_throughput"],
             "mean_e2e_ms": res.get("mean_e2e_latency_ms"), "completed": res["completed"]}
 
@@ -137,9 +131,7 @@ def main() -> None:
         write_jsonl(path, rows)
         # The official custom format (RULES.md 2): each SOAR row -> a two-turn conversation,
         # user = question, assistant = model_response (the loader takes "content" or "value").
-        write_jsonl(tmp / f"{name}.official.jsonl", [
-            {"conversations": [{"role": "user", "content": r["question"]}, {"role": "assistant", "content": r["model_response"]}]}
-            for r in rows])
+        write_jsonl(tmp / f"{name}.official.jsonl", official.to_custom(rows))
         return path
 
     fast_set = make_set("fast", args.requests, args.input_tokens, args.output_tokens)

@@ -69,6 +69,17 @@ def test_asymmetric_dynamic_override(ckpt):
     assert_problem(ckpt, "sym=false")
 
 
+def test_dynamic_rule_that_misses_the_fused_name(ckpt):
+    """GPTQModel's own naming (q_proj|k_proj|v_proj): SGLang looks rules up under the fused qkv_proj, finds
+    none, and builds the layer at the base 4 bits while the checkpoint holds 8-bit q/k/v."""
+    def f(c):
+        dyn = c["quantization_config"]["dynamic"]
+        assert any("qkv_proj" in k for k in dyn)
+        c["quantization_config"]["dynamic"] = {k.replace(r"|self_attn\.qkv_proj", ""): v for k, v in dyn.items()}
+    edit_config(ckpt, f)
+    assert_problem(ckpt, "self_attn.qkv_proj", "stored 8-bit", "builds it 4-bit")
+
+
 def test_zero_points_not_what_marlin_expects(ckpt):
     from soarlab.quant.packing import pack_cols, unpack_cols
 

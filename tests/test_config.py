@@ -38,7 +38,7 @@ def test_serving_flags_do_not_reach_fetch_or_quantize():
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     for name in ("fetch-model", "fetch-data", "quantize"):
         assert not [k for k in stages[name].get("params", []) if k.startswith("engine")], name
-    for name in ("bench", "accuracy", "package"):
+    for name in ("evaluate", "package"):
         assert "engine" in stages[name]["params"], name
 
 

@@ -93,6 +93,8 @@ def closure(root: str) -> set[Path]:
         if name in seen:
             continue
         seen.add(name)
+        if name in HARNESS:  # nor what the harness itself uses (e.g. the stage runner's timing record)
+            continue
         modules, consts = direct_uses(name)
         strings |= consts
         todo += sorted(modules - seen)

@@ -47,6 +47,8 @@ STAND_IN = textwrap.dedent(
     delay = float(sys.argv[sys.argv.index("--delay") + 1]) if "--delay" in sys.argv else 0.0
     import os, signal
     print("stand-in starting", sys.argv[1:], "pid", os.getpid(), flush=True)
+    print("jit caches", os.environ.get("TVM_FFI_CACHE_DIR"), os.environ.get("TRITON_CACHE_DIR"),
+          os.environ.get("FLASHINFER_WORKSPACE_BASE"), flush=True)
     if "--ignore-term" in sys.argv:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if "--crash" in sys.argv:
@@ -131,6 +133,16 @@ def test_the_old_docker_launcher_is_refused_naming_the_choices():
         compose(["engine=sglang", "engine.launcher=docker"], root=ROOT)
 
 
+def test_sglang_container_mounts_the_jit_cache(tmp_path):
+    args = sglang_engine.jit_container_args(engine_cfg("sglang", jit_cache_dir=str(tmp_path / "jit")))
+    mounts = [args[i + 1] for i, a in enumerate(args) if a == "-v"]
+    assert mounts == [f"{tmp_path / 'jit'}:/soarlab-jit-cache"] and (tmp_path / "jit").is_dir()
+    env = [args[i + 1] for i, a in enumerate(args) if a == "-e"]
+    assert sorted(env) == ["FLASHINFER_WORKSPACE_BASE=/soarlab-jit-cache/flashinfer",
+                           "TRITON_CACHE_DIR=/soarlab-jit-cache/triton", "TVM_FFI_CACHE_DIR=/soarlab-jit-cache/tvm-ffi"]
+    assert sglang_engine.jit_container_args(engine_cfg("sglang", jit_cache_dir=None)) == []
+
+
 def test_sglang_without_sglang_installed_says_how_to_fix(tmp_path, monkeypatch):
     monkeypatch.setattr(sglang_engine.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(SoarError, match="sglang is not installed"):
@@ -148,7 +160,8 @@ def test_sglang_machinery_with_stand_in(tmp_path, monkeypatch, stand_in):
     monkeypatch.setattr(sglang_engine, "build_command",
                         lambda cfg, model_dir, host, p: [sys.executable, str(stand_in), "--port", str(p), "--delay", "0.5"])
     log = tmp_path / "logs" / "server.log"
-    with open_engine(engine_cfg("sglang", port=port), fake_model(tmp_path), log) as server:
+    jit = tmp_path / "jit"
+    with open_engine(engine_cfg("sglang", port=port, jit_cache_dir=str(jit)), fake_model(tmp_path), log) as server:
         assert isinstance(server, Server)
         assert server.base_url == f"http://127.0.0.1:{port}"
         assert (server.api, server.supports_ignore_eos) == ("sglang", True)
@@ -157,6 +170,8 @@ def test_sglang_machinery_with_stand_in(tmp_path, monkeypatch, stand_in):
         assert pid_alive(pid)
     assert not pid_alive(pid)
     assert "stand-in starting" in log.read_text() and "/flush_cache" in log.read_text()
+    # engine.jit_cache_dir reaches the server's environment, one folder per JIT compiler
+    assert f"jit caches {jit}/tvm-ffi {jit}/triton {jit}/flashinfer" in log.read_text() and jit.is_dir()
 
 
 def _stand_in_pid(log: Path) -> int:

@@ -44,6 +44,10 @@ def test_dvc_repro_runs_every_stage_and_logs_one_run(project):
     for path in ("models/quantized/config.json", "reports/package/submission.tar.gz", "reports/bench/metrics.json",
                  "reports/accuracy/metrics.json", "data/speed.jsonl", "data/correctness.jsonl"):
         assert (dest / path).is_file(), path
+    # bench and accuracy ran under one server (stage evaluate): one server log, none of their own
+    logs = dest / "reports" / "logs"
+    assert (logs / "evaluate-server.log").is_file() and not (logs / "bench-server.log").exists()
+    assert not (dest / "reports" / "accuracy" / "server.log").exists()
     client, runs = _runs(dest)
     assert len(runs) == 1
     run = runs[0]

@@ -46,6 +46,9 @@ class ContainerCLI:
     def image_exists(self, tag: str) -> bool:
         return self.run(["image", "inspect", tag], timeout=60).returncode == 0
 
+    def image_id(self, tag: str) -> str:
+        return self.run(["image", "inspect", "--format", "{{.Id}}", tag], timeout=60, check=True).stdout.strip()
+
     def image_bytes(self, tag: str) -> int:
         out = self.run(["image", "inspect", "--format", "{{.Size}}", tag], timeout=60, check=True).stdout
         return int(out.strip().splitlines()[0])

@@ -135,6 +135,7 @@ class SGLangEngine(ServedEngine):
     container_gpus: str
     container_shm_size: str
     container_args: Args
+    jit_cache_dir: str | None  # where SGLang's JIT compilers keep what they build; null: their defaults
     server_args: dict[str, ServerArg]
 
 

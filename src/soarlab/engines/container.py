@@ -20,7 +20,7 @@ from soarlab.container import ContainerCLI, container_cli
 from soarlab.engines.common import endpoint
 from soarlab.engines.process import managed_server, port_lease
 from soarlab.engines.server import Server
-from soarlab.engines.sglang import served_model_name
+from soarlab.engines.sglang import jit_container_args, served_model_name
 from soarlab.errors import SoarError
 
 
@@ -98,7 +98,8 @@ def open_container(cfg, log_path: Path) -> Iterator[Server]:
         name = container_name(spec.engine, lease.port)
         if cli.containers(name):  # left by a killed run on this port: ours by name
             cli.run(["rm", "-f", name], timeout=120)
-        gpu = ["--gpus", str(cfg.engine.container_gpus), "--shm-size", str(cfg.engine.container_shm_size)] if spec.gpu else []
+        gpu = ["--gpus", str(cfg.engine.container_gpus), "--shm-size", str(cfg.engine.container_shm_size),
+               *jit_container_args(cfg)] if spec.gpu else []
         argv = cli.argv(
             "run", "--rm", "--init", "--name", name, "--network", "host",
             "-v", f"{base}:{cfg.package.platform_model_dir}:ro",

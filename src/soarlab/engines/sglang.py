@@ -28,6 +28,18 @@ from soarlab.hub import validate_model_dir
 
 # Set by the launcher from engine.host / engine.port and the model directory, never by server_args.
 RESERVED_FLAGS = ("model-path", "model", "host", "port")
+# SGLang's JIT compilers and the variable that moves each one's cache under engine.jit_cache_dir.
+JIT_CACHE_VARS = {"TVM_FFI_CACHE_DIR": "tvm-ffi", "TRITON_CACHE_DIR": "triton", "FLASHINFER_WORKSPACE_BASE": "flashinfer"}
+CONTAINER_JIT_DIR = "/soarlab-jit-cache"
+
+
+def jit_cache_env(cfg, base: str | None = None) -> dict[str, str]:
+    """Environment that points the JIT caches at engine.jit_cache_dir (or `base`); {} when it is null."""
+    configured = cfg.engine.jit_cache_dir
+    if not configured:
+        return {}
+    root = base or str(Path(str(configured)).expanduser())
+    return {var: f"{root}/{sub}" for var, sub in JIT_CACHE_VARS.items()}
 
 
 def flag_name(key: str) -> str:
@@ -87,6 +99,16 @@ def build_command(cfg, model_dir: Path, host: str, port: int) -> list[str]:
             "--host", host, "--port", str(port), *server_flags(cfg.engine, cfg.quant.serve_quantization)]
 
 
+def jit_container_args(cfg) -> list[str]:
+    """`run` options that mount engine.jit_cache_dir into a container and point its JIT caches there."""
+    env = jit_cache_env(cfg, CONTAINER_JIT_DIR)
+    if not env:
+        return []
+    host_dir = Path(str(cfg.engine.jit_cache_dir)).expanduser()
+    host_dir.mkdir(parents=True, exist_ok=True)
+    return ["-v", f"{host_dir}:{CONTAINER_JIT_DIR}", *[a for k, v in env.items() for a in ("-e", f"{k}={v}")]]
+
+
 def served_model_name(cfg, model_dir: Path | str) -> str:
     """What SGLang serves the model as: --served-model-name if set, else the model path."""
     name = None
@@ -111,8 +133,11 @@ def open_sglang(cfg, model_dir: Path, log_path: Path) -> Iterator[Server]:
     model_dir = validate_model_dir(Path(model_dir).resolve())
     preflight(cfg)
     ep = endpoint(cfg)
+    env = jit_cache_env(cfg)
+    if env:
+        Path(str(cfg.engine.jit_cache_dir)).expanduser().mkdir(parents=True, exist_ok=True)
     with port_lease(ep.host, ep.port) as lease, managed_server(
-        build_command(cfg, model_dir, ep.host, lease.port),
+        build_command(cfg, model_dir, ep.host, lease.port), env=env,
         base_url=ep.on_port(lease.port), log_path=log_path, startup_timeout_s=ep.startup_timeout_s,
         stop_grace_s=ep.stop_grace_s, name="sglang server", lease=lease,
     ):

@@ -6,7 +6,10 @@ Checks, each problem reported on one line:
   the remote model code auto_map names is present;
 - tensors: excluded modules (o_gate, z_proj, embeddings, lm_head: `quant.exclude`) have no qweight;
   every decoder linear is either quantized or excluded by a `-:` dynamic entry (else SGLang expects
-  a qweight that is not there); qweight/qzeros/scales/g_idx shapes agree with the bits and group
+  a qweight that is not there); the modules SGLang fuses (q/k/v -> qkv_proj, gate/up -> gate_up_proj)
+  share one precision, and `dynamic` gives the fused name that same precision: SGLang looks the rules
+  up under the fused name only (`get_dynamic_override(prefix=...qkv_proj)`), so a rule naming only
+  q_proj/k_proj/v_proj is ignored there; qweight/qzeros/scales/g_idx shapes agree with the bits and group
   size that apply to the module and with config.json's sizes; Marlin tile sizes (in % 128, out % 64);
   the packed zero points are 2^(bits-1)-1 (v1 of 2^(bits-1), the bias Marlin applies); scales finite;
   non-quantized float tensors bf16;
@@ -23,7 +26,7 @@ from typing import Iterable
 
 from soarlab.domain import GPTQ_V1, LAYER_RE, gptq_format_version
 from soarlab.errors import SoarError
-from soarlab.quant.definition import LAYER_LINEARS
+from soarlab.quant.definition import FUSED_GROUPS, LAYER_LINEARS
 
 MARLIN_BITS = (4, 8)
 MARLIN_MIN_K, MARLIN_MIN_N = 128, 64  # gptq_marlin tile sizes: in_features % 128, out_features % 64
@@ -38,6 +41,40 @@ def dynamic_override(dynamic: dict | None, name: str):
         elif re.match(key[2:] if key.startswith("+:") else key, name):
             return value
     return None
+
+
+def _precision(dynamic: dict, name: str, base_bits) -> str:
+    """How SGLang builds module `name` from `dynamic`: 'bf16' or '<bits>-bit'."""
+    override = dynamic_override(dynamic, name)
+    if override is False:
+        return "bf16"
+    bits = override.get("bits", base_bits) if isinstance(override, dict) else base_bits
+    return f"{bits}-bit"
+
+
+def fused_problems(dynamic: dict, base_bits, stored: dict[str, str]) -> list[str]:
+    """`stored`: module -> 'bf16' or '<bits>-bit' as the checkpoint holds it. SGLang builds one layer
+    per fused group and reads `dynamic` under the fused name: both must agree with the parts."""
+    problems = []
+    layers = sorted({int(m.group(1)) for n in stored if (m := LAYER_RE.match(n))})
+    for layer in layers:
+        for fused, parts in FUSED_GROUPS.items():
+            names = [f"model.layers.{layer}.{p}" for p in parts if f"model.layers.{layer}.{p}" in stored]
+            if not names:
+                continue
+            kinds = {n.rsplit(".", 1)[1]: stored[n] for n in names}
+            fused_name = f"model.layers.{layer}.{fused}"
+            if len(set(kinds.values())) > 1:
+                problems.append(f"{fused_name}: SGLang fuses {', '.join(kinds)} into one layer of one precision, "
+                                f"but they are stored as {', '.join(f'{k}={v}' for k, v in kinds.items())}")
+                continue
+            want, sglang = next(iter(kinds.values())), _precision(dynamic, fused_name, base_bits)
+            if sglang != want:
+                problems.append(f"{fused_name}: {'/'.join(kinds)} are stored {want}, but SGLang looks `dynamic` up "
+                                f"under the fused name and builds it {sglang} (no rule matches {fused_name}), so it "
+                                f"fails loading the weights (SGLang 0.5.17, seen on an H200); add the fused name to the "
+                                f"rule's regex, as soarlab.quant.rules writes it")
+    return problems
 
 
 def _expected_dims(leaf: str, config: dict) -> tuple[int | None, int | None]:
@@ -197,6 +234,10 @@ def check_checkpoint(model_dir: str | Path, exclude: Iterable[str]) -> list[str]
             trivial = torch.arange(in_f, dtype=torch.int64) // gs
             if not torch.equal(g_idx.long(), trivial):
                 problems.append(f"{name}.g_idx is not i // group_size although desc_act is false (Marlin would misread groups)")
+    if quantized:
+        stored = {n: "bf16" for n in linears}
+        stored.update({n: _precision(dynamic, n, bits) for n in qmodules})
+        problems += fused_problems(dynamic, bits, stored)
     for key in tensors:
         if key.rsplit(".", 1)[-1] in ("qweight", "qzeros", "scales", "g_idx"):
             continue

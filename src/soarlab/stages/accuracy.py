@@ -4,7 +4,7 @@ Reads  eval, score, model.baseline_accuracy, engine; data/correctness.jsonl; mod
 Writes reports/accuracy/summary.json    ori, normalized, C, per-task scores, bootstrap CI, warnings
        reports/accuracy/predictions.jsonl one line per dataset row: prediction, extracted answer, score
        reports/accuracy/metrics.json    flat numbers (for tracking)
-       reports/accuracy/server.log      the engine's log
+       reports/accuracy/server.log      the engine's log (when run alone; under `evaluate`, reports/logs/evaluate-server.log)
 """
 
 from __future__ import annotations
@@ -42,7 +42,10 @@ def evaluate(server, data_file, model_dir, cfg: DictConfig) -> tuple[dict, list[
     return summary, records
 
 
-def run(cfg: DictConfig) -> None:
+def run(cfg: DictConfig, server=None) -> None:
+    """`server`: one already serving the quantized model (stage `evaluate`); None starts one."""
+    import contextlib
+
     from soarlab.accuracy.scoring import flat_metrics
     from soarlab.engines import open_engine
 
@@ -51,7 +54,7 @@ def run(cfg: DictConfig) -> None:
     model_dir = root / cfg.paths.quantized_model
     out = root / cfg.paths.reports / "accuracy"
     out.mkdir(parents=True, exist_ok=True)
-    with open_engine(cfg, model_dir, out / "server.log") as server:
+    with contextlib.nullcontext(server) if server else open_engine(cfg, model_dir, out / "server.log") as server:
         summary, records = evaluate(server, data_file, model_dir, cfg)
     write_jsonl(out / "predictions.jsonl", records)
     write_json(out / "metrics.json", flat_metrics(summary))

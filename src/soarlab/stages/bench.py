@@ -13,7 +13,21 @@ from pathlib import Path
 from soarlab.errors import SoarError
 
 
-def run(cfg) -> None:
+def check_inputs(cfg) -> tuple[Path, Path]:
+    """(speed set, quantized model dir), or a SoarError naming the stage to run first."""
+    dataset = Path(cfg.paths.data) / "speed.jsonl"
+    model_dir = Path(cfg.paths.quantized_model)
+    if not dataset.is_file():
+        raise SoarError(f"{dataset} not found", "run the fetch-data stage first (dvc repro fetch-data)")
+    if not model_dir.is_dir():
+        raise SoarError(f"{model_dir} not found", "run the quantize stage first (dvc repro quantize)")
+    return dataset, model_dir
+
+
+def run(cfg, server=None) -> None:
+    """`server`: one already serving the quantized model (stage `evaluate`); None starts one."""
+    import contextlib
+
     from soarlab.atomic import atomic_dir
     from soarlab.bench.cli import prepare
     from soarlab.bench.report import write_level, write_summary
@@ -26,17 +40,13 @@ def run(cfg) -> None:
         raise SoarError(f"the engines module is not available ({exc})", "install SOAR Lab fully (pip install -e .)") from None
 
     bench = cfg.bench
-    dataset = Path(cfg.paths.data) / "speed.jsonl"
-    model_dir = Path(cfg.paths.quantized_model)
-    if not dataset.is_file():
-        raise SoarError(f"{dataset} not found", "run the fetch-data stage first (dvc repro fetch-data)")
-    if not model_dir.is_dir():
-        raise SoarError(f"{model_dir} not found", "run the quantize stage first (dvc repro quantize)")
+    dataset, model_dir = check_inputs(cfg)
     tokenizer = load_tokenizer(str(model_dir))
     requests, info = prepare(dataset, tokenizer, bench)
     out = Path(cfg.paths.reports) / "bench"
     with atomic_dir(out) as tmp:
-        with open_engine(cfg, model_dir, Path(cfg.paths.reports) / "logs" / "bench-server.log") as server:
+        with contextlib.nullcontext(server) if server else \
+                open_engine(cfg, model_dir, Path(cfg.paths.reports) / "logs" / "bench-server.log") as server:
             for level, concurrency in bench.levels.items():
                 report, rows = run_level(server, requests, level, concurrency, bench, tokenizer, info)
                 write_level(tmp, report, rows)

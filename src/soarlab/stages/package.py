@@ -8,6 +8,7 @@
     reports/package/metrics.json        tarball_bytes, submission_files, size_limit_bytes, image_built,
                                         image_bytes, build_s, start_to_healthy_s (when built)
     reports/package/summary.json        SGLANG_SERVER_ARGS, quant preset, image status and why
+    reports/package/image.json          the built image's tag and id (nulls when none): what evaluate depends on
     reports/package/build.log, container.log   the image build and the timed container start
 
 Before anything is written the submission is checked (soarlab.package.checks): size limit,
@@ -108,6 +109,7 @@ def build_and_time(cfg, out: Path) -> tuple[dict, str]:
     build_s = build(cli, cfg, spec, out, logs / "package-build.log")
     shutil.copy2(logs / "package-build.log", out / "build.log")
     metrics = {"image_built": 1, "image_bytes": cli.image_bytes(spec.tag), "build_s": round(build_s, 2)}
+    write_json(out / "image.json", {"tag": spec.tag, "id": cli.image_id(spec.tag)})
     status = f"built {spec.tag} with {cli.name} in {build_s:.1f} s"
     if cfg.engine.get("launcher") != "container":
         return metrics, status + " (not started: engine.launcher is not container)"
@@ -160,6 +162,7 @@ def run(cfg) -> Path:
         checks.check_contents(tar_path, list(pkg.forbidden), [str(root), sys.prefix])
 
         metrics = {"image_built": 0}
+        write_json(tmp / "image.json", {"tag": None, "id": None})  # replaced by build_and_time when built
         if mode == "false":
             why = "image not built: package.build_image=false"
         elif mode == "auto" and cfg.engine.get("launcher") != "container":

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The GPU side of the recipes (scripts/README.md): run on the device machine from the folder that holds
+# this repository's copy, with the packed wheels at $PACK (default .gpu/c1, made by scripts/gpu/pack.sh).
+#   bash scripts/gpu/device.sh start 'STEP' ['STEP' ...]  # unpack, pre-warm the gptq_marlin JIT, run the steps
+#                                                        # in a detached driver, then poll as below
+#   bash scripts/gpu/device.sh poll SECONDS              # follow the driver until DONE or SECONDS; results to $OUT
+# A STEP is `NAME ARGS...`: `marlin [--only ...]` runs marlin_check.py serve, `engine ARGS` engine_check.py.
+# The driver outlives the call (setsid), so a follow-up `poll` call on the still-warm machine picks it up.
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+PACK=${PACK:-$PWD/.gpu/c1}
+RES=/tmp/gpu_results
+export PYTHONPATH=/tmp/site:$REPO/src PYTHONUNBUFFERED=1
+# JIT caches in one folder, the layout engine.jit_cache_dir gives the servers (the recipes pass
+# engine.jit_cache_dir=$JIT_CACHE_DIR), so the pre-warm below compiles what they load.
+export JIT_CACHE_DIR=/tmp/jitcache
+export TVM_FFI_CACHE_DIR=$JIT_CACHE_DIR/tvm-ffi TRITON_CACHE_DIR=$JIT_CACHE_DIR/triton FLASHINFER_WORKSPACE_BASE=$JIT_CACHE_DIR/flashinfer
+# NVLink multicast stays off (KINDS.md).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+PY=$(command -v python3)
+
+unpack() {
+  [ -f /tmp/site/.unpacked ] && return 0
+  mkdir -p /tmp/site && for a in "$PACK"/*.tar.xz; do xz -dc "$a" | tar x -C /tmp/site || return 1; done
+  touch /tmp/site/.unpacked
+}
+
+driver() {  # runs detached; one line per step in $RES/driver.log
+  local mq=$PWD/.gpu/mq
+  cd "$REPO"  # SOAR Lab composes conf/ of the folder it runs in: this code's, not the checkout's
+  ( "$PY" -c 'import torch; from sglang.kernels.ops.quantization.gptq_marlin import _jit_gptq_marlin_module as m; m(torch.bfloat16)' > $RES/jit_gemm.log 2>&1 &
+    "$PY" -c 'from sglang.kernels.ops.quantization.gptq_marlin_repack import _jit_gptq_marlin_repack_module as m; m()' > $RES/jit_repack.log 2>&1 &
+    wait; date +%s > $RES/jit.done ) &
+  local steps=("$@") step name; declare -A prep
+  for step in "${steps[@]}"; do  # the engine checks' speed sets are CPU work: make them now, alongside
+    set -- $step; name=$1; shift
+    case $name in engine*) "$PY" "$HERE/engine_check.py" --out $RES/$name --work /tmp/$name --prepare-only "$@" \
+                             > $RES/$name.prep.log 2>&1 & prep[$name]=$! ;; esac
+  done
+  for step in "${steps[@]}"; do
+    set -- $step; name=$1; shift
+    echo "$(date +%T) step $name $*"
+    case $name in
+      marlin) "$PY" "$HERE/marlin_check.py" serve --out $RES/marlin --inputs "$mq" --jit-done $RES/jit.done "$@" ;;
+      engine*) wait "${prep[$name]}"; "$PY" "$HERE/engine_check.py" --out $RES/$name --work /tmp/$name "$@" ;;
+      *) echo "unknown step $name" ;;
+    esac > $RES/$name.log 2>&1
+    echo "$(date +%T) step $name rc=$? $(grep -h '^SUMMARY' $RES/$name.log | cut -c1-600)"
+  done
+  wait
+  echo "$(date +%T) DONE"
+}
+
+poll() {
+  [ -f $RES/driver.log ] || { echo "no driver on this machine (a fresh one?): run start again"; return 3; }
+  local end=$(( $(date +%s) + $1 ))
+  copy() {  # what $OUT holds comes back even when the call is cut at its limit: keep it current
+    [ -n "${OUT:-}" ] || return 0
+    for f in $RES/*/results.json; do [ -f "$f" ] && cp "$f" "$OUT/$(basename "$(dirname "$f")").json"; done
+  }
+  until grep -q DONE $RES/driver.log 2>/dev/null || [ "$(date +%s)" -ge "$end" ]; do copy; sleep 5; done
+  cat $RES/driver.log
+  copy; [ -n "${OUT:-}" ] && tar czf "$OUT/results.tgz" -C $RES . 2>/dev/null
+  grep -q DONE $RES/driver.log
+}
+
+case ${1:-} in
+  start)
+    shift; mkdir -p $RES
+    t=$(date +%s); unpack || { echo "unpack failed"; exit 1; }; echo "unpacked in $(( $(date +%s) - t )) s"
+    nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv,noheader
+    "$PY" -c 'import sys, torch, sglang, transformers; print(sys.version.split()[0], torch.__version__, sglang.__version__, transformers.__version__)'
+    setsid nohup bash "$0" _driver "$@" > $RES/driver.log 2>&1 < /dev/null &
+    until [ -f $RES/driver.log ]; do sleep 0.2; done
+    poll "${POLL_S:-560}" ;;
+  _driver) shift; driver "$@" ;;
+  poll) poll "${2:-560}" ;;
+  *) echo "usage: $0 start STEP... | poll SECONDS"; exit 2 ;;
+esac
