@@ -70,6 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir")
     p.set_defaults(run=_handler("soarlab.quant.check:check_checkpoint_cli"))
 
+    p = sub.add_parser("sweep", help="sweep the pipeline with Hydra multirun (each trial a DVC experiment)",
+                       description="Hydra's command line: e.g. soarlab sweep quant=gptq_w4,gptq_w8 "
+                                   "hydra/sweeper=optuna hydra/launcher=ray; --name NAME to name/resume it")
+    p.add_argument("hydra_args", nargs=argparse.REMAINDER, help="Hydra overrides and options")
+    p.set_defaults(run=_handler("soarlab.sweep.app:sweep_cli"))
+
     p = sub.add_parser("prepare-model", help="quantize a model dir (the submission's prepare_model.sh)")
     p.add_argument("--input", required=True)
     p.add_argument("--output", required=True)
@@ -79,7 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["sweep"]:  # Hydra parses the rest (its options start with '-', which argparse would take)
+        args = argparse.Namespace(run=_handler("soarlab.sweep.app:sweep_cli"), hydra_args=argv[1:])
+    else:
+        args = build_parser().parse_args(argv)
     try:
         return args.run(args) or 0
     except SoarError as exc:
