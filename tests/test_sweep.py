@@ -101,17 +101,6 @@ def test_failed_trial_is_recorded_and_the_sweep_finishes(project):
     assert "--no-such-flag" in failed[0].data.tags["soarlab.trial"] and failed[0].data.tags["soarlab.failure"]
 
 
-def test_accuracy_gate_ranks_c_zero_below_every_valid_trial(project):
-    from soarlab.sweep.record import TrialResult
-
-    fast_but_gated = TrialResult(["a"], final=0.0, C=0.0)
-    slow_valid = TrialResult(["b"], final=0.5, C=0.92)
-    failed = TrialResult(["c"], failure="server did not start")
-    ranked = sorted([failed, fast_but_gated, slow_valid], key=TrialResult.rank_key)
-    assert ranked == [slow_valid, fast_but_gated, failed]
-    assert fast_but_gated.objective == 0.0 and failed.objective is None
-
-
 def test_interrupted_sweep_resumes_without_redoing_finished_trials(project):
     dest, env = project
     # Both trials are cached from the grid; the second still takes a while (DVC makes its workspace).
