@@ -41,8 +41,8 @@ def sweep(project, *args: str, check: bool = True) -> str:
     return out
 
 
-def children(dest: Path, name: str):
-    client = mlflow.MlflowClient(f"sqlite:///{dest / 'mlflow.db'}")
+def children(dest: Path, name: str, uri: str | None = None):
+    client = mlflow.MlflowClient(uri or f"sqlite:///{dest / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("soarlab")
     parents = client.search_runs([experiment.experiment_id],
                                  filter_string=f"tags.`soarlab.sweep` = '{name}' and tags.`soarlab.role` = 'sweep'")
@@ -71,7 +71,7 @@ def test_grid_sweep_makes_one_experiment_and_child_run_per_trial(project):
     assert parent.data.params["space.engine.log_level"] == "info,warning,error"
     best = max(runs, key=lambda r: r.data.metrics["score.final"])
     assert parent.data.metrics["best.final"] == best.data.metrics["score.final"]
-    assert parent.data.tags["soarlab.best_overrides"].endswith(f"engine.log_level={best.data.params['engine.log_level']}")
+    assert f"engine.log_level={best.data.params['engine.log_level']}" in parent.data.tags["soarlab.best_overrides"].split()
     # One quant preset: quantized once; the serving-only trials took it from DVC's run cache.
     assert quantize_runs(dest, "grid") == 1
 
@@ -165,7 +165,29 @@ def test_slurm_launcher_config_composes_and_renders_its_job(project):
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
 
 
-def test_trial_on_another_machine_pulls_the_quantized_model_from_the_dvc_remote(project, tmp_path):
+@pytest.fixture
+def mlflow_server(tmp_path):
+    """The team's tracking server: a real `mlflow server` on a free loopback port."""
+    from soarlab.engines.server import free_port, is_healthy
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(["mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+                             "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+                             "--artifacts-destination", str(tmp_path / "server-artifacts")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not is_healthy(url) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(1)
+        assert is_healthy(url), "mlflow server did not start"
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+def test_trial_on_another_machine_pulls_from_the_dvc_remote_and_logs_to_the_team_server(project, tmp_path, mlflow_server):
     dest, env = project
     # The team's git remote and DVC remote, both local folders here.
     origin, remote = tmp_path / "origin.git", tmp_path / "dvc-remote"
@@ -177,8 +199,11 @@ def test_trial_on_another_machine_pulls_the_quantized_model_from_the_dvc_remote(
     assert "could not push" not in out
     other = tmp_path / "other-node"
     subprocess.run(["git", "clone", "-q", "-b", "main", str(origin), str(other)], env=env, check=True)
-    out = sweep((other, env), "--name", "pull", *SMALL, "engine.log_level=info")
+    out = sweep((other, env), "--name", "pull", *SMALL, "engine.log_level=info", "tracking=server",
+                f"tracking.uri={mlflow_server}")
     assert out.count("[trial] ") == 1 and "FAILED" not in out
     log = (other / "sweeps" / "pull" / "0" / "trial.log").read_text()
     assert "exp run --temp --pull" in log and "Stage 'quantize' is cached" in log
     assert "Running stage 'quantize'" not in log and "Running stage 'fetch-model'" not in log
+    parent, runs = children(other, "pull", uri=mlflow_server)
+    assert len(runs) == 1 and runs[0].data.params["tracking.uri"] == mlflow_server

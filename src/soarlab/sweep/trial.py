@@ -9,6 +9,7 @@ re-quantizes). The score comes back from the experiment's commit (reports/score.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import json
 import os
@@ -31,6 +32,7 @@ from soarlab.tracking import SWEEP_TRIAL_ENV
 # Override keys that configure the sweep itself, not the pipeline: never handed to `dvc exp run -S`.
 _SWEEP_KEYS = ("hydra", "sweep", "trial")
 _BENCH_STAGE = "'bench'"  # how DVC's output names the first stage that needs the quantized model
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _OOM_SIGNS = ("out of memory", "OutOfMemoryError", "MemoryError", "exited with -9", "Killed")
 
 
@@ -112,7 +114,8 @@ def _run_experiment(root: Path, name: str, overrides: Sequence[str], env: dict, 
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
     start = log.tell()
-    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=_interrupt_when_orphaned)
     deadline = time.monotonic() + timeout_s
     try:
         while proc.poll() is None:
@@ -126,6 +129,12 @@ def _run_experiment(root: Path, name: str, overrides: Sequence[str], env: dict, 
     except BaseException:
         _interrupt(proc)
         raise
+
+
+def _interrupt_when_orphaned() -> None:
+    """In the child: SIGINT when this trial's process dies (even by SIGKILL), so DVC stops its stage."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
 
 
 def _interrupt(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
