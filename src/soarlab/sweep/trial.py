@@ -147,12 +147,13 @@ def _interrupt(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
         stop_process_group(proc, grace_s=15, extra_stop=None)
 
 
-def experiment_score(root: Path, name: str, score_path: str) -> dict:
+def experiment_score(root: Path, name: str, score_path: str) -> dict | None:
+    """reports/score.json as committed in experiment `name` (None when DVC saved no such file)."""
     refs = subprocess.run(["git", "for-each-ref", "--format=%(refname)", "refs/exps/"], cwd=root,
                           capture_output=True, text=True, check=True).stdout.split()
-    ref = next(r for r in refs if r.endswith(f"/{name}"))
-    shown = subprocess.run(["git", "show", f"{ref}:{score_path}"], cwd=root, capture_output=True, text=True, check=True)
-    return json.loads(shown.stdout)
+    ref = next((r for r in refs if r.endswith(f"/{name}")), None)
+    shown = subprocess.run(["git", "show", f"{ref}:{score_path}"], cwd=root, capture_output=True, text=True)
+    return json.loads(shown.stdout) if ref and shown.returncode == 0 else None
 
 
 def run_trial(cfg: DictConfig) -> float | None:
@@ -201,6 +202,8 @@ def _result(root: Path, name: str, overrides: list[str], returncode: int | None,
     if returncode != 0:
         return TrialResult(overrides, failure=failure_reason(log_path.read_text(errors="replace"), returncode))
     score = experiment_score(root, name, f"{cfg.paths.reports}/score.json")
+    if score is None:
+        return TrialResult(overrides, failure=f"experiment {name} has no {cfg.paths.reports}/score.json")
     durations = {lvl: score.get(f"{lvl}_duration_s") for lvl in LEVELS}
     if not score.get("valid"):
         levels = ", ".join(score.get("invalid_levels") or [])
