@@ -84,3 +84,19 @@ def test_hidden_gpus_count_as_none(monkeypatch, value):
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
     assert parallel_trials() == 1
+
+
+def test_sweep_refuses_a_lock_whose_folder_outputs_are_not_cached(tmp_path):
+    import yaml
+
+    from soarlab.errors import SoarError
+    from soarlab.sweep.app import check_outputs_cached
+
+    outs = [{"path": "data", "md5": "ab12.dir"}, {"path": "reports/score.json", "md5": "cd34"}]
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump({"stages": {"s": {"outs": outs}}}))
+    with pytest.raises(SoarError, match=r"\(data\).*dvc pull"):
+        check_outputs_cached(tmp_path)
+    listing = tmp_path / ".dvc" / "cache" / "files" / "md5" / "ab" / "12.dir"
+    listing.parent.mkdir(parents=True)
+    listing.write_text("[]")
+    check_outputs_cached(tmp_path)  # a `cache: false` file output is never in the cache: not asked for

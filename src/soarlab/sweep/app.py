@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
+from pathlib import Path
 
 from soarlab.errors import SoarError
 from soarlab.paths import project_root
@@ -70,6 +71,29 @@ def default_name(argv: list[str]) -> str:
     return "sweep-" + hashlib.sha1(" ".join(sorted(argv)).encode()).hexdigest()[:8]
 
 
+def check_outputs_cached(root) -> None:
+    """Refuse to start when the committed dvc.lock names folder outputs this machine's DVC cache lacks
+    (a fresh clone): DVC 3.67 then fails trials whose stages come from its run cache ("failed to load
+    directory"), because it still looks them up while it stages the trial's files."""
+    import subprocess
+
+    import yaml
+
+    lock = root / "dvc.lock"
+    if not lock.is_file():
+        return
+    cache = subprocess.run(["dvc", "cache", "dir"], cwd=root, capture_output=True, text=True)
+    cache_dir = Path(cache.stdout.strip() or root / ".dvc" / "cache") / "files" / "md5"
+    stages = (yaml.safe_load(lock.read_text()) or {}).get("stages", {})
+    # Folder outputs: DVC reads their listings (`.dir` objects) from the cache while it runs a trial.
+    missing = [out["path"] for stage in stages.values() for out in stage.get("outs", [])
+               if str(out.get("md5", "")).endswith(".dir")
+               and not (cache_dir / out["md5"][:2] / out["md5"][2:]).exists()]
+    if missing:
+        raise SoarError(f"the outputs dvc.lock names ({', '.join(sorted(set(missing)))}) are not in this "
+                        "machine's DVC cache", "run `dvc pull` (from the team's DVC remote) or `dvc repro` first")
+
+
 def sweep_cli(args) -> int:
     import hydra
 
@@ -82,6 +106,7 @@ def sweep_cli(args) -> int:
                         "use letters, digits, '-', '_' and '.', starting with a letter or digit")
     name = name or default_name(argv)
     root = project_root()
+    check_outputs_cached(root)
     if not {"-m", "--multirun", "--run", "-r", "--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i",
             "--shell-completion", "-sc"} & set(argv):
         argv.insert(0, "--multirun")
