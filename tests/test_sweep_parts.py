@@ -86,8 +86,14 @@ def test_hidden_gpus_count_as_none(monkeypatch, value):
     assert parallel_trials() == 1
 
 
-def test_sweep_refuses_a_lock_whose_folder_outputs_are_not_cached(tmp_path):
+def test_sweep_refuses_a_lock_whose_folder_outputs_are_not_cached(tmp_path, monkeypatch):
+    import os
+    import sys
+    from pathlib import Path
+
     import yaml
+
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # dvc
 
     from soarlab.errors import SoarError
     from soarlab.sweep.app import check_outputs_cached
