@@ -15,6 +15,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -143,7 +144,7 @@ def test_ray_launcher_runs_two_trials_at_once_on_their_own_gpus(project):
     assert s1 < e2 and s2 < e1, "the two trials did not run at the same time"
 
 
-def test_slurm_launcher_config_composes_and_renders_its_job(project):
+def test_slurm_launcher_config_composes_and_renders_its_job(project, tmp_path, monkeypatch):
     import submitit
     import yaml
     from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
@@ -155,7 +156,11 @@ def test_slurm_launcher_config_composes_and_renders_its_job(project):
     launcher = yaml.safe_load(out[out.index("hydra:"):])["hydra"]["launcher"]
     assert launcher["gpus_per_node"] == 1 and launcher["tasks_per_node"] == 1 and launcher["partition"] == "gpu"
     # No SLURM here: render the sbatch script that the launcher's executor would submit, with the
-    # parameters translated the way hydra-submitit-launcher translates them.
+    # parameters translated the way hydra-submitit-launcher translates them. submitit's SLURM executor
+    # looks for `srun` before it is built; a stub that is never run stands in for it.
+    (tmp_path / "srun").write_text("#!/bin/sh\nexit 1\n")
+    (tmp_path / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     base = set(OmegaConf.structured(BaseQueueConf).keys())
     params = {k if k in base else f"slurm_{k}": v for k, v in launcher.items()
               if k not in ("_target_", "submitit_folder", "max_num_timeout")}
@@ -177,7 +182,7 @@ def mlflow_server(tmp_path):
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(["mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
                              "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
                              "--artifacts-destination", str(tmp_path / "server-artifacts")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
