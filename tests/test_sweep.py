@@ -75,9 +75,11 @@ def test_grid_sweep_makes_one_experiment_and_child_run_per_trial(project):
     assert len(runs) == 3 and {r.data.params["engine.log_level"] for r in runs} == {"info", "warning", "error"}
     assert all(r.info.status == "FINISHED" and r.data.tags["dvc.experiment"] in scores for r in runs)
     assert parent.data.params["space.engine.log_level"] == "info,warning,error"
-    best = max(runs, key=lambda r: r.data.metrics["score.final"])
-    assert parent.data.metrics["best.final"] == best.data.metrics["score.final"]
-    assert f"engine.log_level={best.data.params['engine.log_level']}" in parent.data.tags["soarlab.best_overrides"].split()
+    best_final = max(r.data.metrics["score.final"] for r in runs)
+    best_levels = {f"engine.log_level={r.data.params['engine.log_level']}" for r in runs
+                   if r.data.metrics["score.final"] == best_final}  # ties are possible
+    assert parent.data.metrics["best.final"] == best_final
+    assert best_levels & set(parent.data.tags["soarlab.best_overrides"].split())
     # One quant preset: quantized once; the serving-only trials took it from DVC's run cache.
     assert quantize_runs(dest, "grid") == 1
 
@@ -109,24 +111,27 @@ def test_failed_trial_is_recorded_and_the_sweep_finishes(project):
 
 def test_interrupted_sweep_resumes_without_redoing_finished_trials(project):
     dest, env = project
-    # Both trials are cached from the grid; the second still takes a while (DVC makes its workspace).
-    args = ["soarlab", "sweep", "--name", "resume", *SMALL, "engine.log_level=info,warning"]
+    # The first trial is cached from the grid; the second is new (bench and accuracy run), so that the
+    # interrupt lands while it runs.
+    args = ["soarlab", "sweep", "--name", "resume", *SMALL, "engine.log_level=info,debug"]
     proc = subprocess.Popen(args, cwd=dest, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen = []
     for line in proc.stdout:  # the first trial (cached from the grid) finishes; interrupt the second
         seen.append(line)
         if line.startswith("[trial] "):
-            time.sleep(5)
+            second = dest / "sweeps" / "resume" / "1" / "trial.log"
+            while not (second.is_file() and "Running stage" in second.read_text(errors="replace")):
+                time.sleep(0.5)
             proc.send_signal(signal.SIGINT)
             break
     rest = proc.communicate(timeout=600)[0]
     assert proc.returncode != 0, "".join(seen) + rest
     _, runs = children(dest, "resume")
     assert len(runs) == 1
-    out = sweep(project, "--name", "resume", *SMALL, "engine.log_level=info,warning")
+    out = sweep(project, "--name", "resume", *SMALL, "engine.log_level=info,debug")
     assert out.count("finished earlier in this sweep; not run again") == 1 and out.count("[trial] ") == 2
     _, runs = children(dest, "resume")
-    assert sorted(r.data.params["engine.log_level"] for r in runs) == ["info", "warning"]
+    assert sorted(r.data.params["engine.log_level"] for r in runs) == ["debug", "info"]
 
 
 def test_ray_launcher_runs_two_trials_at_once_on_their_own_gpus(project):
