@@ -139,6 +139,7 @@ def test_sglang_container_mounts_the_jit_cache(tmp_path):
     assert mounts == [f"{tmp_path / 'jit'}:/soarlab-jit-cache"] and (tmp_path / "jit").is_dir()
     env = [args[i + 1] for i, a in enumerate(args) if a == "-e"]
     assert sorted(env) == ["FLASHINFER_WORKSPACE_BASE=/soarlab-jit-cache/flashinfer",
+                           "TORCHINDUCTOR_CACHE_DIR=/soarlab-jit-cache/inductor",
                            "TRITON_CACHE_DIR=/soarlab-jit-cache/triton", "TVM_FFI_CACHE_DIR=/soarlab-jit-cache/tvm-ffi"]
     assert sglang_engine.jit_container_args(engine_cfg("sglang", jit_cache_dir=None)) == []
 
@@ -172,6 +173,11 @@ def test_sglang_machinery_with_stand_in(tmp_path, monkeypatch, stand_in):
     assert "stand-in starting" in log.read_text() and "/flush_cache" in log.read_text()
     # engine.jit_cache_dir reaches the server's environment, one folder per JIT compiler
     assert f"jit caches {jit}/tvm-ffi {jit}/triton {jit}/flashinfer" in log.read_text() and jit.is_dir()
+    # a folder the caller already chose (a sweep trial's, per GPU) wins over engine.jit_cache_dir
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "trial-triton"))
+    with open_engine(engine_cfg("sglang", port=port, jit_cache_dir=str(jit)), fake_model(tmp_path), log):
+        pass
+    assert f"jit caches {jit}/tvm-ffi {tmp_path / 'trial-triton'} {jit}/flashinfer" in log.read_text()
 
 
 def _stand_in_pid(log: Path) -> int:

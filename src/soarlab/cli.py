@@ -84,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_handler("soarlab.quant.check:check_checkpoint_cli"))
 
     _add_decide_commands(sub)
+    p = sub.add_parser("sweep", help="sweep the pipeline with Hydra multirun (each trial a DVC experiment)",
+                       description="Hydra's command line: e.g. soarlab sweep quant=gptq_w4,gptq_w8 "
+                                   "hydra/sweeper=optuna hydra/launcher=ray; --name NAME to name/resume it")
+    p.add_argument("hydra_args", nargs=argparse.REMAINDER, help="Hydra overrides and options")
+    p.set_defaults(run=_handler("soarlab.sweep.app:sweep_cli"))
 
     p = sub.add_parser("prepare-model", help="quantize a model dir (the submission's prepare_model.sh)")
     p.add_argument("--input", required=True)
@@ -148,14 +153,18 @@ def _raise_terminated(signum, _frame):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    # argparse leaves Hydra overrides that follow options after a positional unparsed
-    # (`soarlab gate RUN --against best decide.confidence=0.9`): they are overrides all the same.
-    if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
-        args.overrides = [*args.overrides, *extra]
-    elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["sweep"]:  # Hydra parses the rest (its options start with '-', which argparse would take)
+        args = argparse.Namespace(run=_handler("soarlab.sweep.app:sweep_cli"), hydra_args=argv[1:], debug=False)
+    else:
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        # argparse leaves Hydra overrides that follow options after a positional unparsed
+        # (`soarlab gate RUN --against best decide.confidence=0.9`): they are overrides all the same.
+        if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
+            args.overrides = [*args.overrides, *extra]
+        elif extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     debug = args.debug or os.environ.get("SOARLAB_DEBUG", "") not in ("", "0")
     if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
         for signum in (signal.SIGTERM, signal.SIGHUP):

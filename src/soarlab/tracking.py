@@ -28,6 +28,14 @@ from soarlab.paths import owning_project_root
 
 # MLflow rejects param values over this many characters.
 _MAX_PARAM_CHARS = 6000
+# Tags a `soarlab sweep` trial hands to its pipeline's run through the environment (tag -> variable):
+# the parent run makes the run a child of the sweep's run in the MLflow UI.
+SWEEP_TRIAL_ENV = {
+    "mlflow.parentRunId": "SOARLAB_PARENT_RUN_ID",
+    "soarlab.sweep": "SOARLAB_SWEEP",
+    "soarlab.trial": "SOARLAB_TRIAL",
+    "soarlab.cuda_visible_devices": "CUDA_VISIBLE_DEVICES",
+}
 
 
 def tracking_uri(cfg: DictConfig) -> str:
@@ -85,6 +93,7 @@ def run_tags(cfg: DictConfig, speed_set_sha: str) -> dict[str, str]:
         "soarlab.quant": str(cfg.quant.name),
         "soarlab.engine": str(cfg.engine.name),
         "soarlab.speed_set_sha": speed_set_sha,
+        **{tag: os.environ.get(var, "") for tag, var in SWEEP_TRIAL_ENV.items()},
     }
     return {key: value for key, value in tags.items() if value}
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -29,7 +30,8 @@ from soarlab.hub import validate_model_dir
 # Set by the launcher from engine.host / engine.port and the model directory, never by server_args.
 RESERVED_FLAGS = ("model-path", "model", "host", "port")
 # SGLang's JIT compilers and the variable that moves each one's cache under engine.jit_cache_dir.
-JIT_CACHE_VARS = {"TVM_FFI_CACHE_DIR": "tvm-ffi", "TRITON_CACHE_DIR": "triton", "FLASHINFER_WORKSPACE_BASE": "flashinfer"}
+JIT_CACHE_VARS = {"TVM_FFI_CACHE_DIR": "tvm-ffi", "TRITON_CACHE_DIR": "triton", "FLASHINFER_WORKSPACE_BASE": "flashinfer",
+                  "TORCHINDUCTOR_CACHE_DIR": "inductor"}
 CONTAINER_JIT_DIR = "/soarlab-jit-cache"
 
 
@@ -133,9 +135,10 @@ def open_sglang(cfg, model_dir: Path, log_path: Path) -> Iterator[Server]:
     model_dir = validate_model_dir(Path(model_dir).resolve())
     preflight(cfg)
     ep = endpoint(cfg)
-    env = jit_cache_env(cfg)
-    if env:
-        Path(str(cfg.engine.jit_cache_dir)).expanduser().mkdir(parents=True, exist_ok=True)
+    # A cache folder the caller already chose wins (a sweep trial's, per GPU: soarlab.sweep.lease).
+    env = {var: path for var, path in jit_cache_env(cfg).items() if var not in os.environ}
+    for path in env.values():
+        Path(path).mkdir(parents=True, exist_ok=True)
     with port_lease(ep.host, ep.port) as lease, managed_server(
         build_command(cfg, model_dir, ep.host, lease.port), env=env,
         base_url=ep.on_port(lease.port), log_path=log_path, startup_timeout_s=ep.startup_timeout_s,

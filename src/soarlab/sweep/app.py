@@ -1,0 +1,118 @@
+"""`soarlab sweep ARGS`: a Hydra app over conf/ (primary config conf/sweep_app.yaml) whose task
+function runs one trial (soarlab.sweep.trial.run_trial). ARGS are Hydra's: overrides with sweep
+syntax, `hydra/sweeper=optuna`, `hydra/launcher=ray`, `--cfg job`, `--help`.
+
+Every sweep has a name (`--name NAME`, default: one derived from ARGS). Its folder is
+sweeps/NAME, its MLflow parent run carries the name, and running it again resumes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+from pathlib import Path
+
+from soarlab.errors import SoarError
+from soarlab.paths import project_root
+from soarlab.tracking import SWEEP_TRIAL_ENV
+
+SWEEPS_DIR = "sweeps"
+# What each launcher gets unless the command line sets it: one GPU per trial wherever trials run,
+# and locally one trial per GPU at once (one at a time without a GPU). Per launcher, because each
+# launcher's config has its own keys.
+LAUNCHER_DEFAULTS = {
+    "joblib": ["hydra.launcher.n_jobs=${soarlab.parallel_trials:}"],
+    "ray": ["++hydra.launcher.ray.remote.num_gpus=1"],
+    "submitit_slurm": ["hydra.launcher.gpus_per_node=1", "hydra.launcher.tasks_per_node=1"],
+}
+DEFAULT_LAUNCHER = "joblib"  # conf/sweep_app.yaml's choice
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a valid part of a git ref (DVC experiment names)
+
+
+def split_name(argv: list[str]) -> tuple[str | None, list[str]]:
+    """Take `--name NAME` / `--name=NAME` out of the arguments Hydra gets."""
+    rest, name, i = [], None, 0
+    while i < len(argv):
+        if argv[i] == "--name" and i + 1 < len(argv):
+            name, i = argv[i + 1], i + 2
+            continue
+        if argv[i].startswith("--name="):
+            name = argv[i].split("=", 1)[1]
+        else:
+            rest.append(argv[i])
+        i += 1
+    return name, rest
+
+
+# Hydra's options that take a value (--info takes one of its choices or none).
+_VALUED = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd",
+           "--experimental-rerun"}
+_INFO = {"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"}
+
+
+def add_overrides(argv: list[str], extra: list[str]) -> list[str]:
+    """`extra` placed beside the user's overrides: Hydra takes overrides as one run of positionals."""
+    for i, token in enumerate(argv):
+        previous = argv[i - 1] if i else ""
+        if not token.startswith("-") and previous not in _VALUED and not (previous in ("--info", "-i") and token in _INFO):
+            return argv[:i] + extra + argv[i:]
+    return argv + extra
+
+
+def launcher_defaults(argv: list[str]) -> list[str]:
+    chosen = next((a.split("=", 1)[1] for a in argv if a.startswith("hydra/launcher=")), DEFAULT_LAUNCHER)
+    given = {a.lstrip("+~").split("=", 1)[0] for a in argv}
+    return [d for d in LAUNCHER_DEFAULTS.get(chosen, []) if d.lstrip("+").split("=", 1)[0] not in given]
+
+
+def default_name(argv: list[str]) -> str:
+    """The same command gets the same name, so running it again resumes it."""
+    return "sweep-" + hashlib.sha1(" ".join(sorted(argv)).encode()).hexdigest()[:8]
+
+
+def check_outputs_cached(root) -> None:
+    """Refuse to start when the committed dvc.lock names folder outputs this machine's DVC cache lacks
+    (a fresh clone): DVC 3.67 then fails trials whose stages come from its run cache ("failed to load
+    directory"), because it still looks them up while it stages the trial's files."""
+    import subprocess
+
+    import yaml
+
+    lock = root / "dvc.lock"
+    if not lock.is_file():
+        return
+    cache = subprocess.run(["dvc", "cache", "dir"], cwd=root, capture_output=True, text=True)
+    cache_dir = Path(cache.stdout.strip() or root / ".dvc" / "cache") / "files" / "md5"
+    stages = (yaml.safe_load(lock.read_text()) or {}).get("stages", {})
+    # Folder outputs: DVC reads their listings (`.dir` objects) from the cache while it runs a trial.
+    missing = [out["path"] for stage in stages.values() for out in stage.get("outs", [])
+               if str(out.get("md5", "")).endswith(".dir")
+               and not (cache_dir / out["md5"][:2] / out["md5"][2:]).exists()]
+    if missing:
+        raise SoarError(f"the outputs dvc.lock names ({', '.join(sorted(set(missing)))}) are not in this "
+                        "machine's DVC cache", "run `dvc pull` (from the team's DVC remote) or `dvc repro` first")
+
+
+def sweep_cli(args) -> int:
+    import hydra
+
+    import soarlab.sweep  # noqa: F401  (registers the config resolver the launchers use)
+    from soarlab.sweep.trial import run_trial
+
+    name, argv = split_name(list(args.hydra_args))
+    if name is not None and not _NAME.match(name):
+        raise SoarError(f"sweep name {name!r} is not usable as a DVC experiment name",
+                        "use letters, digits, '-', '_' and '.', starting with a letter or digit")
+    name = name or default_name(argv)
+    root = project_root()
+    check_outputs_cached(root)
+    if not {"-m", "--multirun", "--run", "-r", "--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i",
+            "--shell-completion", "-sc"} & set(argv):
+        argv.insert(0, "--multirun")
+    argv = add_overrides(argv, [f"hydra.sweep.dir={root / SWEEPS_DIR / name}",
+                                f"+hydra.job.env_set.{SWEEP_TRIAL_ENV['soarlab.sweep']}={name}",
+                                *launcher_defaults(argv)])
+    sys.argv = ["soarlab sweep", *argv]
+    hydra.main(config_path=str(root / "conf"), config_name="sweep_app", version_base="1.3")(run_trial)()
+    return 0

@@ -1,0 +1,178 @@
+"""A sweep's record in MLflow: one parent run per sweep, one child run per trial.
+
+The pipeline's `track` stage makes each successful trial's child run (it reads the parent's id and
+the trial's key from the environment, see tracking.run_tags); a trial that failed before `track`
+gets a FAILED child run here, with its reason. The record is also what makes a sweep resumable:
+a trial whose key already has a finished child run is not run again. Because it lives in MLflow,
+trials on other machines see it through the team's tracking server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from omegaconf import DictConfig
+
+from soarlab.metrics.scoring import LEVELS
+from soarlab.tracking import _client as tracking_client
+
+ROLE_TAG, SWEEP_TAG, TRIAL_TAG, FAILURE_TAG = "soarlab.role", "soarlab.sweep", "soarlab.trial", "soarlab.failure"
+PARENT_TAG = "mlflow.parentRunId"
+
+
+def trial_key(overrides: Sequence[str]) -> str:
+    """One name per set of overrides, whatever order they were given in (JSON: values may hold spaces)."""
+    return json.dumps(sorted(overrides))
+
+
+def experiment_name(sweep: str, overrides: Sequence[str]) -> str:
+    """The trial's DVC experiment name (what `dvc exp apply` takes): the same on a resume."""
+    return f"{sweep}-{hashlib.sha1(trial_key(overrides).encode()).hexdigest()[:8]}"
+
+
+@dataclass
+class TrialResult:
+    overrides: list[str]
+    final: float | None = None
+    C: float | None = None
+    durations: dict[str, float | None] = field(default_factory=dict)
+    failure: str | None = None
+    run_id: str | None = None
+
+    @property
+    def objective(self) -> float | None:
+        """What a sweeper maximizes: score.final, 0 when the accuracy gate failed (C = 0), None on failure.
+
+        final already multiplies by C; clamping keeps a C = 0 trial from ever outranking a valid one.
+        """
+        if self.failure is not None or self.final is None:
+            return None
+        return float(self.final) if self.C else 0.0
+
+    def rank_key(self) -> tuple:
+        """Sorts best first: gated trials by final, then C = 0 trials, then failures."""
+        if self.objective is None:
+            return (2, 0.0)
+        return (0 if self.C else 1, -self.objective)
+
+    def line(self) -> str:
+        head = " ".join(self.overrides) or "(defaults)"
+        if self.failure is not None:
+            return f"{head}: FAILED ({self.failure})"
+        secs = " ".join(f"{lvl}={self.durations.get(lvl) or float('nan'):.2f}s" for lvl in LEVELS)
+        return f"{head}: final={self.final} C={self.C} {secs}"
+
+
+def summary_table(results: Sequence[TrialResult]) -> str:
+    rows = [f"{'#':>3}  {'final':>8}  {'C':>5}  " + "  ".join(f"{lvl:>7}" for lvl in LEVELS) + "  overrides"]
+    for i, r in enumerate(sorted(results, key=TrialResult.rank_key), 1):
+        if r.failure is not None:
+            rows.append(f"{i:>3}  {'FAILED':>8}  {'':>5}  " + "  ".join(f"{'':>7}" for _ in LEVELS)
+                        + f"  {' '.join(r.overrides)}  ({r.failure})")
+            continue
+        secs = "  ".join(f"{(r.durations.get(lvl) or math.nan):>7.2f}" for lvl in LEVELS)
+        rows.append(f"{i:>3}  {r.final!s:>8}  {r.C!s:>5}  {secs}  {' '.join(r.overrides)}")
+    return "\n".join(rows)
+
+
+class SweepRecord:
+    def __init__(self, cfg: DictConfig, name: str):
+        self.client, self.experiment_id = tracking_client(cfg)
+        self.name = name
+
+    def parent_id(self) -> str | None:
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`{SWEEP_TAG}` = '{self.name}' and tags.`{ROLE_TAG}` = 'sweep'",
+            max_results=1,
+        )
+        return runs[0].info.run_id if runs else None
+
+    def open_parent(self, space: dict[str, str], command: Sequence[str]) -> str:
+        """The sweep's parent run, made on the first start and reopened on a resume."""
+        run_id = self.parent_id()
+        if run_id is None:
+            run = self.client.create_run(self.experiment_id, run_name=self.name,
+                                         tags={SWEEP_TAG: self.name, ROLE_TAG: "sweep"})
+            run_id = run.info.run_id
+            for key, value in space.items():
+                self.client.log_param(run_id, f"space.{key}", str(value)[:6000])
+            self.client.set_tag(run_id, "soarlab.command", " ".join(command))
+            self.client.log_dict(run_id, {"space": space, "command": list(command)}, "sweep/search_space.json")
+        else:
+            self.client.update_run(run_id, status="RUNNING")
+        return run_id
+
+    def results(self) -> list[TrialResult]:
+        parent = self.parent_id()
+        if parent is None:
+            return []
+        runs = self.client.search_runs([self.experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{parent}'",
+                                       order_by=["attributes.start_time ASC"], max_results=5000)
+        latest = {}
+        for run in runs:
+            key = run.data.tags.get(TRIAL_TAG)
+            if key is not None and (run.info.status == "FINISHED" or FAILURE_TAG in run.data.tags):
+                latest[key] = run
+        return [_result(run) for run in latest.values()]
+
+    def finished(self, key: str) -> TrialResult | None:
+        return next((r for r in self.results() if trial_key(r.overrides) == key), None)
+
+    def child_run(self, key: str) -> str | None:
+        """The newest child run the pipeline logged for this trial (its track stage)."""
+        parent = self.parent_id()
+        runs = self.client.search_runs([self.experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{parent}'",
+                                       order_by=["attributes.start_time DESC"], max_results=5000)
+        return next((r.info.run_id for r in runs if r.data.tags.get(TRIAL_TAG) == key), None)
+
+    def record_failure(self, overrides: Sequence[str], reason: str, tags: dict[str, str]) -> str:
+        """Mark the trial failed: on its pipeline run when `track` got that far, else on a new child run."""
+        key = trial_key(overrides)
+        run_id = self.child_run(key)
+        if run_id is None:
+            parent = self.parent_id()
+            run = self.client.create_run(self.experiment_id, run_name=f"{self.name} (failed)", tags={
+                PARENT_TAG: parent or "", SWEEP_TAG: self.name, TRIAL_TAG: key})
+            run_id = run.info.run_id
+            for item in overrides:
+                name, _, value = item.lstrip("+~").partition("=")
+                self.client.log_param(run_id, name, value)
+        for name, value in {**tags, FAILURE_TAG: reason[:5000]}.items():
+            self.client.set_tag(run_id, name, value)
+        self.client.set_terminated(run_id, "FAILED")
+        return run_id
+
+    def close(self, results: Sequence[TrialResult]) -> TrialResult | None:
+        """Put the best gated trial and the ranking on the parent run; finish it."""
+        parent = self.parent_id()
+        if parent is None:
+            return None
+        ranked = sorted(results, key=TrialResult.rank_key)
+        best = ranked[0] if ranked and ranked[0].objective and ranked[0].C else None
+        if best is not None:
+            self.client.log_metric(parent, "best.final", float(best.final))
+            self.client.log_metric(parent, "best.C", float(best.C))
+            self.client.set_tag(parent, "soarlab.best_overrides", " ".join(best.overrides))
+            self.client.set_tag(parent, "soarlab.best_run_id", best.run_id or "")
+        self.client.log_metric(parent, "trials.finished", sum(r.failure is None for r in results))
+        self.client.log_metric(parent, "trials.failed", sum(r.failure is not None for r in results))
+        self.client.log_text(parent, summary_table(results), "sweep/summary.txt")
+        self.client.set_terminated(parent, "FINISHED")
+        return best
+
+
+def _result(run) -> TrialResult:
+    metrics, tags = run.data.metrics, run.data.tags
+    return TrialResult(
+        overrides=json.loads(tags[TRIAL_TAG]),
+        final=metrics.get("score.final"),
+        C=metrics.get("score.C"),
+        durations={lvl: metrics.get(f"bench.{lvl}_duration_s") for lvl in LEVELS},
+        failure=tags.get(FAILURE_TAG),
+        run_id=run.info.run_id,
+    )

@@ -1,0 +1,212 @@
+"""One sweep trial: one DVC experiment, run in its own temporary workspace (`dvc exp run --temp`).
+
+Hydra calls `run_trial` once per trial, on whichever machine its launcher picked. The trial's
+overrides go to DVC as `-S`, so `dvc exp show` / `dvc exp apply` see every trial and DVC's run
+cache skips every stage whose inputs a finished trial already had (a serving-only change never
+re-quantizes). The score comes back from the experiment's commit (reports/score.json).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from soarlab.engines.process import _stop as stop_process_group
+from soarlab.bench.metrics import level_key
+from soarlab.domain import LEVELS
+from soarlab.paths import project_root
+from soarlab.sweep.lease import gpu_lease, try_lock
+from soarlab.sweep.record import SweepRecord, TrialResult, experiment_name, trial_key
+from soarlab.tracking import SWEEP_TRIAL_ENV
+
+# Override keys that configure the sweep itself, not the pipeline: never handed to `dvc exp run -S`.
+_SWEEP_KEYS = ("hydra", "sweep", "trial")
+_EVALUATE_STAGE = "'evaluate'"  # how DVC's output names the first stage that needs the quantized model
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_OOM_SIGNS = ("out of memory", "OutOfMemoryError", "MemoryError", "exited with -9", "Killed")
+
+
+def pipeline_overrides(task_overrides: Sequence[str], always: Sequence[str]) -> list[str]:
+    """The trial's pipeline overrides, plus `always` (e.g. engine.port=0) where the trial sets no such key."""
+    def key(item: str) -> str:
+        return item.lstrip("+~").split("=", 1)[0]
+
+    own = [o for o in task_overrides if key(o).split(".")[0] not in _SWEEP_KEYS]
+    return own + [o for o in always if key(o) not in {key(x) for x in own}]
+
+
+def _locks(root: Path) -> Path:
+    return root / ".dvc" / "tmp" / "sweep-locks"
+
+
+@contextlib.contextmanager
+def quantize_once(root: Path, cfg: DictConfig) -> Iterator[Callable[[], None]]:
+    """Trials that share a quant preset (the quantize stage's params) wait until the first of them
+    is past quantize; the others then take its checkpoint from DVC's run cache instead of quantizing
+    side by side. Yields `release`, which the first trial calls once its quantize stage is done."""
+    preset = {"quant": OmegaConf.to_container(cfg.quant, resolve=True), "model": str(cfg.model.name)}
+    ident = hashlib.sha256(json.dumps(preset, sort_keys=True).encode()).hexdigest()[:16]
+    done = _locks(root) / f"quantize-{ident}.done"
+    held = [None if done.exists() else try_lock(_locks(root) / f"quantize-{ident}.lock")]
+
+    def release() -> None:
+        if held[0] is not None:
+            done.touch()
+            held[0].close()
+            held[0] = None
+
+    if done.exists():  # the first such trial got past quantize while this one waited
+        release()
+    try:
+        yield release
+    finally:
+        release()
+
+
+def dvc_remote(root: Path, name: str | None, env: dict) -> str | None:
+    """The DVC remote trials share checkpoints through: trial.remote, else the project's default."""
+    if name:
+        return name
+    default = subprocess.run(["dvc", "remote", "default"], cwd=root, env=env, capture_output=True, text=True)
+    return (default.stdout.strip() or None) if default.returncode == 0 else None
+
+
+def push_experiment(root: Path, name: str, cfg: DictConfig, remote: str, env: dict, log) -> None:
+    """Send the experiment to the team: its commit to the git remote, its outputs and DVC's run cache
+    to the DVC remote, so that a trial elsewhere (`dvc exp run --pull`) takes them instead of re-running."""
+    cmd = ["dvc", "--wait-for-lock", "exp", "push", "--run-cache", "-r", remote, cfg.trial.git_remote, name]
+    log.write(f"$ {' '.join(cmd)}\n")
+    log.flush()
+    with try_lock(_locks(root) / "push.lock"):
+        pushed = subprocess.run(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT).returncode == 0
+    if not pushed:
+        print(f"[trial] warning: could not push {name} to git remote {cfg.trial.git_remote!r} and DVC remote "
+              f"{remote!r} (see {log.name}); its results stay on this machine", flush=True)
+
+
+def failure_reason(log_text: str, returncode: int) -> str:
+    lines = [line.strip() for line in log_text.splitlines() if line.strip()]
+    ours = [line.split("soarlab: error:", 1)[1].strip() for line in lines if "soarlab: error:" in line]
+    reason = ours[-1] if ours else next((line for line in reversed(lines) if line.startswith("ERROR")), "")
+    reason = reason or f"dvc exp run exited with {returncode}"
+    if any(sign in log_text for sign in _OOM_SIGNS):
+        reason = f"out of memory: {reason}"
+    return reason
+
+
+def _run_experiment(root: Path, name: str, overrides: Sequence[str], env: dict, timeout_s: float, log,
+                    on_quantized: Callable[[], None], pull: bool) -> int | None:
+    """`dvc exp run --temp` (`--pull`: take stages' outputs made elsewhere from the DVC remote); None
+    when it ran past `timeout_s`. Interrupted: stop it, then re-raise. `on_quantized` is called
+    once DVC reaches the evaluate stage, which needs the quantized model."""
+    cmd = ["dvc", "--wait-for-lock", "exp", "run", "--temp", *(["--pull"] if pull else []), "--name", name,
+           *[a for o in overrides for a in ("-S", o)]]
+    log.write(f"$ {' '.join(cmd)}\n")
+    log.flush()
+    start = log.tell()
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=_interrupt_when_orphaned)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while proc.poll() is None:
+            if time.monotonic() > deadline:
+                _interrupt(proc)
+                return None
+            if _EVALUATE_STAGE in Path(log.name).read_text(errors="replace")[start:]:
+                on_quantized()
+            time.sleep(2)
+        return proc.returncode
+    except BaseException:
+        _interrupt(proc)
+        raise
+
+
+def _interrupt_when_orphaned() -> None:
+    """In the child: SIGINT when this trial's process dies (even by SIGKILL), so DVC stops its stage."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
+
+
+def _interrupt(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
+    """SIGINT first, so stages stop their servers on the way out; then SIGTERM/SIGKILL the group."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        stop_process_group(proc, grace_s=15, extra_stop=None)
+
+
+def experiment_score(root: Path, name: str, score_path: str) -> dict | None:
+    """reports/score.json as committed in experiment `name` (None when DVC saved no such file)."""
+    refs = subprocess.run(["git", "for-each-ref", "--format=%(refname)", "refs/exps/"], cwd=root,
+                          capture_output=True, text=True, check=True).stdout.split()
+    ref = next((r for r in refs if r.endswith(f"/{name}")), None)
+    shown = subprocess.run(["git", "show", f"{ref}:{score_path}"], cwd=root, capture_output=True, text=True)
+    return json.loads(shown.stdout) if ref and shown.returncode == 0 else None
+
+
+def run_trial(cfg: DictConfig) -> float | None:
+    """Hydra's task function: run one trial (or recall it, when a resumed sweep already finished it)
+    and return its objective (None for a failed trial)."""
+    hydra_cfg = HydraConfig.get()
+    root = project_root(hydra_cfg.runtime.cwd)
+    sweep = os.environ[SWEEP_TRIAL_ENV["soarlab.sweep"]]
+    overrides = pipeline_overrides(hydra_cfg.overrides.task, cfg.trial.always)
+    key = trial_key(overrides)
+    record = SweepRecord(cfg, sweep)
+    earlier = record.finished(key)
+    if earlier is not None:
+        print(f"[trial] {earlier.line()}  (finished earlier in this sweep; not run again)", flush=True)
+        return earlier.objective
+    name = experiment_name(sweep, overrides)
+    out_dir = Path(hydra_cfg.runtime.output_dir)
+    log_path = out_dir / "trial.log"
+    started = time.time()
+    with open(log_path, "a") as log, quantize_once(root, cfg) as quantized, \
+            gpu_lease(Path(cfg.trial.jit_cache_dir).expanduser()) as lease:
+        env = {**os.environ, **lease.env, SWEEP_TRIAL_ENV["mlflow.parentRunId"]: record.parent_id() or "",
+               SWEEP_TRIAL_ENV["soarlab.trial"]: key}
+        remote = dvc_remote(root, cfg.trial.remote, env)
+        returncode = _run_experiment(root, name, overrides, env, float(cfg.trial.timeout_s), log, quantized,
+                                     pull=remote is not None)
+        if returncode == 0 and remote is not None:
+            push_experiment(root, name, cfg, remote, env, log)
+    tags = {"soarlab.gpu": lease.gpu or "none", "soarlab.trial_started": f"{started:.3f}",
+            "soarlab.trial_ended": f"{time.time():.3f}", "soarlab.trial_log": str(log_path)}
+    result = _result(root, name, overrides, returncode, log_path, cfg, float(cfg.trial.timeout_s))
+    if result.failure is not None:
+        result.run_id = record.record_failure(overrides, result.failure, tags)
+    else:
+        result.run_id = record.child_run(key)
+        for tag, value in tags.items():
+            record.client.set_tag(result.run_id, tag, value)
+    print(f"[trial] {result.line()}", flush=True)
+    return result.objective
+
+
+def _result(root: Path, name: str, overrides: list[str], returncode: int | None, log_path: Path,
+            cfg: DictConfig, timeout_s: float) -> TrialResult:
+    if returncode is None:
+        return TrialResult(overrides, failure=f"timeout: still running after {timeout_s:.0f} s (trial.timeout_s)")
+    if returncode != 0:
+        return TrialResult(overrides, failure=failure_reason(log_path.read_text(errors="replace"), returncode))
+    score = experiment_score(root, name, f"{cfg.paths.reports}/score.json")
+    if score is None:
+        return TrialResult(overrides, failure=f"experiment {name} has no {cfg.paths.reports}/score.json")
+    durations = {lvl: score.get(level_key(lvl, "duration_s")) for lvl in LEVELS}
+    if not score.get("valid"):
+        levels = ", ".join(score.get("invalid_levels") or [])
+        return TrialResult(overrides, durations=durations, failure=f"invalid level(s) {levels} (see reports/bench)")
+    return TrialResult(overrides, final=score["final"], C=score["C"], durations=durations)

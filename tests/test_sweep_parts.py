@@ -1,0 +1,108 @@
+"""The sweep's parts that need no pipeline run: search-space mapping, ranking with the accuracy
+gate, which overrides reach DVC, failure reasons, GPU leases (GPUs named through
+CUDA_VISIBLE_DEVICES, as Ray and SLURM do; no GPU is used)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from hydra_plugins.soarlab_optuna_sweeper.optuna_sweeper import distribution
+from soarlab.sweep.app import add_overrides, launcher_defaults, split_name
+from soarlab.sweep.lease import gpu_lease
+from soarlab.sweep.record import TrialResult, trial_key
+from soarlab.sweep.trial import failure_reason, pipeline_overrides
+
+
+def test_hydra_sweep_syntax_becomes_optuna_distributions():
+    parsed = OverridesParser.create().parse_overrides(
+        ["quant=gptq_w4,gptq_w8", "a=range(1,4)", "b=tag(log,interval(1e-3,1))", "c=tag(int,interval(1,8))"])
+    quant, a, b, c = (distribution(o) for o in parsed)
+    assert quant.choices == ("gptq_w4", "gptq_w8") and a.choices == ("1", "2", "3")
+    assert (b.low, b.high, b.log) == (1e-3, 1.0, True) and (c.low, c.high, c.step) == (1, 8, 1)
+
+
+def test_c_zero_never_outranks_a_valid_trial_and_failures_come_last():
+    fast_but_gated = TrialResult(["a"], final=0.0, C=0.0)
+    slow_valid = TrialResult(["b"], final=0.5, C=0.92)
+    failed = TrialResult(["c"], failure="server did not start")
+    assert sorted([failed, fast_but_gated, slow_valid], key=TrialResult.rank_key) == [slow_valid, fast_but_gated, failed]
+    assert (slow_valid.objective, fast_but_gated.objective, failed.objective) == (0.5, 0.0, None)
+
+
+def test_only_pipeline_overrides_reach_dvc():
+    given = ["quant=gptq_w8", "sweep=quant", "trial.timeout_s=5", "+engine.server_args.kv-cache-dtype=fp8"]
+    assert pipeline_overrides(given, ["engine.port=0"]) == [
+        "quant=gptq_w8", "+engine.server_args.kv-cache-dtype=fp8", "engine.port=0"]
+    assert pipeline_overrides(["engine.port=31000"], ["engine.port=0"]) == ["engine.port=31000"]
+    assert trial_key(["b=1", "a=2"]) == trial_key(["a=2", "b=1"])
+
+
+def test_sweep_arguments_keep_hydra_options_and_overrides_apart():
+    assert split_name(["--name", "s1", "-m", "quant=a,b"]) == ("s1", ["-m", "quant=a,b"])
+    assert add_overrides(["-m", "quant=a", "--cfg", "hydra"], ["x=1"]) == ["-m", "x=1", "quant=a", "--cfg", "hydra"]
+    assert add_overrides(["--cfg", "job"], ["x=1"]) == ["--cfg", "job", "x=1"]
+    assert launcher_defaults(["hydra/launcher=submitit_slurm", "hydra.launcher.gpus_per_node=2"]) == [
+        "hydra.launcher.tasks_per_node=1"]
+    assert launcher_defaults(["hydra/launcher=ray"]) == ["++hydra.launcher.ray.remote.num_gpus=1"]
+
+
+def test_failure_reason_is_the_stage_error_line():
+    log = "Running stage 'bench':\nsoarlab: error: server exited with 2 before it was ready. Fix: see log\nERROR: failed to reproduce 'bench'\n"
+    assert failure_reason(log, 255) == "server exited with 2 before it was ready. Fix: see log"
+    assert failure_reason("torch.OutOfMemoryError: CUDA out of memory\nERROR: failed", 255).startswith("out of memory")
+
+
+def test_parallel_trials_lease_different_gpus(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7,8")  # two GPUs by name; none is touched
+    with gpu_lease(tmp_path) as first, gpu_lease(tmp_path) as second:
+        assert {first.gpu, second.gpu} == {"7", "8"}
+        assert first.env["CUDA_VISIBLE_DEVICES"] != second.env["CUDA_VISIBLE_DEVICES"]
+        assert first.env["TMPDIR"] != second.env["TMPDIR"]
+        assert first.env["TRITON_CACHE_DIR"] != second.env["TRITON_CACHE_DIR"]
+        third, got = gpu_lease(tmp_path, poll_s=0.05), []
+        waiter = threading.Thread(target=lambda: got.append(third.__enter__().gpu))
+        waiter.start()
+        waiter.join(0.5)
+        assert waiter.is_alive() and not got, "a third trial must wait while both GPUs are leased"
+    waiter.join(10)
+    assert got and got[0] in {"7", "8"}
+    third.__exit__(None, None, None)
+
+
+def test_no_gpu_means_no_lease(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with gpu_lease(tmp_path) as lease:
+        assert lease.gpu is None and "CUDA_VISIBLE_DEVICES" not in lease.env
+
+
+@pytest.mark.parametrize("value", ["", "-1"])
+def test_hidden_gpus_count_as_none(monkeypatch, value):
+    from soarlab.sweep.lease import parallel_trials
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+    assert parallel_trials() == 1
+
+
+def test_sweep_refuses_a_lock_whose_folder_outputs_are_not_cached(tmp_path, monkeypatch):
+    import os
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # dvc
+
+    from soarlab.errors import SoarError
+    from soarlab.sweep.app import check_outputs_cached
+
+    outs = [{"path": "data", "md5": "ab12.dir"}, {"path": "reports/score.json", "md5": "cd34"}]
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump({"stages": {"s": {"outs": outs}}}))
+    with pytest.raises(SoarError, match=r"\(data\).*dvc pull"):
+        check_outputs_cached(tmp_path)
+    listing = tmp_path / ".dvc" / "cache" / "files" / "md5" / "ab" / "12.dir"
+    listing.parent.mkdir(parents=True)
+    listing.write_text("[]")
+    check_outputs_cached(tmp_path)  # a `cache: false` file output is never in the cache: not asked for
