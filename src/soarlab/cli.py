@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="Hydra overrides for the score config, e.g. score=soar2026")
     p.set_defaults(run=_handler("soarlab.metrics.scoring:score_cli"))
 
-    p = sub.add_parser("doctor", help="what this machine can run (GPU, Docker, SGLang, versions)")
+    p = sub.add_parser("doctor", help="what this machine can run (GPU, Docker/Podman, SGLang, versions) and what killed runs left")
     p.set_defaults(run=_handler("soarlab.doctor:doctor_cli"))
 
     p = sub.add_parser("base-image", help="make the CPU serving image's Debian base with mmdebstrap (if missing)")
