@@ -5,6 +5,8 @@
 #                                                        # in a detached driver, then poll as below
 #   bash scripts/gpu/device.sh poll SECONDS              # follow the driver until DONE or SECONDS; results to $OUT
 # A STEP is `NAME ARGS...`: `marlin [--only ...]` runs marlin_check.py serve, `engine ARGS` engine_check.py.
+# Environment: POLL_S (how long `start` follows the driver, default 560), STEP_LIMIT_S (each step's time limit,
+# default none), PACK.
 # The driver outlives the call (setsid), so a follow-up `poll` call on the still-warm machine picks it up.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -41,12 +43,15 @@ driver() {  # runs detached; one line per step in $RES/driver.log
   for step in "${steps[@]}"; do
     set -- $step; name=$1; shift
     echo "$(date +%T) step $name $*"
+    # SIGINT at the limit: the recipes then stop their server, run their stop checks and keep what finished
+    local limit=(timeout -s INT -k 60 "${STEP_LIMIT_S:-0}")
     case $name in
-      marlin) "$PY" "$HERE/marlin_check.py" serve --out $RES/marlin --inputs "$mq" --jit-done $RES/jit.done "$@" ;;
-      engine*) wait "${prep[$name]}"; "$PY" "$HERE/engine_check.py" --out $RES/$name --work /tmp/$name "$@" ;;
+      marlin) "${limit[@]}" "$PY" "$HERE/marlin_check.py" serve --out $RES/marlin --inputs "$mq" --jit-done $RES/jit.done "$@" ;;
+      engine*) wait "${prep[$name]}"; "${limit[@]}" "$PY" "$HERE/engine_check.py" --out $RES/$name --work /tmp/$name "$@" ;;
       *) echo "unknown step $name" ;;
     esac > $RES/$name.log 2>&1
-    echo "$(date +%T) step $name rc=$? $(grep -h '^SUMMARY' $RES/$name.log | cut -c1-600)"
+    local rc=$?  # before any $(...) below resets it
+    echo "$(date +%T) step $name rc=$rc $(grep -h '^SUMMARY' $RES/$name.log | cut -c1-600)"
   done
   wait
   echo "$(date +%T) DONE"

@@ -23,6 +23,7 @@ serve (GPU), each phase saved to OUT/results.json as it ends:
 - TPOT at batch 1 on the 7.58 B dummy Llama (`--load-format dummy`, CUDA graphs on) for bf16,
   gptq_w4 and gptq_w4_mixed: `sglang.bench_serving` random ids, 128 in / 512 out, 8 prompts, concurrency 1.
 Servers start through `soarlab.engines.open_engine` with the quant preset's own serve_quantization.
+`serve --only tpot_none,tpot_gptq_w4,tpot_gptq_w4_mixed` runs the TPOT phases alone; they need no .gpu/mq.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ sys.path[:0] = [str(ROOT / "src"), str(HERE)]
 from marlin_cpu import MQ, NEW_TOKENS, PRESET, build, compare, reference  # noqa: E402
 from models import gen_weights, tensor_sha, write_dummy_llama  # noqa: E402
 T0 = time.time()
+# Phase names, in the order they run (--only picks some of them).
+SMALL_PHASES = ("small_bf16", "small_mixed", "small_mixed_unfused")
+TPOT_PHASES = ("tpot_none", "tpot_gptq_w4", f"tpot_{PRESET}")
 
 
 def log(msg: str) -> None:
@@ -126,6 +130,10 @@ def serve(args) -> int:
     from soarlab.atomic import write_json
     from soarlab.engines import open_engine
 
+    selected = args.only.split(",") if args.only else [*SMALL_PHASES, *TPOT_PHASES]
+    unknown = sorted(set(selected) - {*SMALL_PHASES, *TPOT_PHASES})
+    if unknown:
+        sys.exit(f"unknown phase(s) {unknown} in --only; phases: {', '.join([*SMALL_PHASES, *TPOT_PHASES])}")
     out, work = Path(args.out), Path(args.work)
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
@@ -136,7 +144,7 @@ def serve(args) -> int:
         write_json(out / "results.json", res)
 
     def phase(name: str, preset: str, model: Path, extra: list[str], job) -> None:
-        if args.only and name not in args.only.split(","):
+        if name not in selected:
             return
         if args.jit_done and preset != "none":
             waited = time.time()
@@ -161,11 +169,13 @@ def serve(args) -> int:
         save()
 
     try:
-        res["build"] = gpu_models(Path(args.inputs), work)
-        if res["build"]["bf16_sha_mismatch"] or res["build"]["gptq_sha_mismatch"]:
-            raise RuntimeError("regenerated tensors differ from the manifest")
-        save()
-        prompts = json.loads((Path(args.inputs) / "prompts.json").read_text())
+        # The small phases need the carried checkpoint (.gpu/mq); the TPOT phases alone need nothing carried.
+        if any(name in selected for name in SMALL_PHASES):
+            res["build"] = gpu_models(Path(args.inputs), work)
+            if res["build"]["bf16_sha_mismatch"] or res["build"]["gptq_sha_mismatch"]:
+                raise RuntimeError("regenerated tensors differ from the manifest")
+            save()
+            prompts = json.loads((Path(args.inputs) / "prompts.json").read_text())
         small = ["+engine.server_args.disable-cuda-graph=true", "+engine.server_args.mem-fraction-static=0.25"]
         ask = lambda url, model: {"outputs": generate(url, prompts)}  # noqa: E731
         big = ["+engine.server_args.load-format=dummy", "+engine.server_args.cuda-graph-max-bs=4"]
@@ -206,7 +216,8 @@ def main() -> int:
     s.add_argument("--inputs", default=str(MQ))
     s.add_argument("--work", default="/tmp/marlin_check")
     s.add_argument("--jit-done", help="a file whose existence says the gptq_marlin JIT pre-warm finished")
-    s.add_argument("--only", help="comma-separated phase names to run")
+    s.add_argument("--only", help="comma-separated phase names to run, e.g. "
+                   + ",".join(TPOT_PHASES) + " (TPOT only: no carried checkpoint needed)")
     c = sub.add_parser("compare")
     c.add_argument("dir", type=Path)
     args = ap.parse_args()
