@@ -13,6 +13,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 PACK=${PACK:-$PWD/.gpu/c1}
 RES=/tmp/gpu_results
+CODE=/tmp/gpu_code  # the driver runs from a copy: a later call that carries the code again replaces $REPO
 export PYTHONPATH=/tmp/site:$REPO/src PYTHONUNBUFFERED=1
 # JIT caches in one folder, the layout engine.jit_cache_dir gives the servers (the recipes pass
 # engine.jit_cache_dir=$JIT_CACHE_DIR), so the pre-warm below compiles what they load.
@@ -29,7 +30,7 @@ unpack() {
 }
 
 driver() {  # runs detached; one line per step in $RES/driver.log
-  local mq=$PWD/.gpu/mq
+  local mq=$REPO/mq  # the copy `start` made of the checkout's .gpu/mq
   cd "$REPO"  # SOAR Lab composes conf/ of the folder it runs in: this code's, not the checkout's
   ( "$PY" -c 'import torch; from sglang.kernels.ops.quantization.gptq_marlin import _jit_gptq_marlin_module as m; m(torch.bfloat16)' > $RES/jit_gemm.log 2>&1 &
     "$PY" -c 'from sglang.kernels.ops.quantization.gptq_marlin_repack import _jit_gptq_marlin_repack_module as m; m()' > $RES/jit_repack.log 2>&1 &
@@ -72,11 +73,13 @@ poll() {
 
 case ${1:-} in
   start)
-    shift; mkdir -p $RES
+    shift; rm -rf $RES; mkdir -p $RES  # no stale driver.log (its DONE) from an earlier start on this machine
     t=$(date +%s); unpack || { echo "unpack failed"; exit 1; }; echo "unpacked in $(( $(date +%s) - t )) s"
     nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv,noheader
     "$PY" -c 'import sys, torch, sglang, transformers; print(sys.version.split()[0], torch.__version__, sglang.__version__, transformers.__version__)'
-    setsid nohup bash "$0" _driver "$@" > $RES/driver.log 2>&1 < /dev/null &
+    rm -rf $CODE && mkdir -p $CODE && (cd "$REPO" && tar cf - src conf scripts pyproject.toml) | tar xf - -C $CODE
+    mq=$PWD/.gpu/mq; [ -d "$mq" ] && cp -r "$mq" $CODE/mq
+    setsid nohup bash $CODE/scripts/gpu/device.sh _driver "$@" > $RES/driver.log 2>&1 < /dev/null &
     until [ -f $RES/driver.log ]; do sleep 0.2; done
     poll "${POLL_S:-560}" ;;
   _driver) shift; driver "$@" ;;
