@@ -9,12 +9,10 @@ Writes reports/accuracy/summary.json    ori, normalized, C, per-task scores, boo
 
 from __future__ import annotations
 
-
 from omegaconf import DictConfig
 
 from soarlab.atomic import write_json, write_jsonl
 from soarlab.paths import project_root
-
 
 
 def evaluate(server, data_file, model_dir, cfg: DictConfig) -> tuple[dict, list[dict]]:
