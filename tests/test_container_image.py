@@ -49,10 +49,10 @@ def project(source_project) -> Path:
 
 def test_cpu_image_from_clean_state_serves_bench_and_correctness(project, tiny_model_dir, tiny_tokenizer):
     from soarlab.bench.cli import prepare
-    from soarlab.bench.runner import Target, run_level
+    from soarlab.bench.runner import run_level
     from soarlab.config import compose
     from soarlab.container import container_cli
-    from soarlab.datasets.speed import make_speed_set
+    from soarlab.datasets.speed import make_speed_set, named_profile
     from soarlab.engines import open_engine
     from soarlab.engines.server import port_in_use
     from soarlab.stages import accuracy, package
@@ -78,7 +78,7 @@ def test_cpu_image_from_clean_state_serves_bench_and_correctness(project, tiny_m
         assert cli.image_exists(base) and cli.image_exists(tag)
 
         speed = project / "speed.jsonl"
-        speed.write_text("".join(json.dumps(r) + "\n" for r in make_speed_set(tiny_tokenizer, "tiny", 3, seed=1)))
+        speed.write_text("".join(json.dumps(r) + "\n" for r in make_speed_set(tiny_tokenizer, named_profile(cfg.bench.profiles, "tiny"), 3, seed=1)))
         requests, info = prepare(speed, tiny_tokenizer, cfg.bench)
         correctness = ROOT / "src" / "soarlab" / "datasets" / "embedded" / "correctness.jsonl"
         with open_engine(serve_cfg, tiny_model_dir, project / "serve.log") as server:
@@ -87,11 +87,9 @@ def test_cpu_image_from_clean_state_serves_bench_and_correctness(project, tiny_m
             # the original model is mounted read-only
             probe = cli.run(["exec", name, "touch", "/models/MiniCPM-SALA/x"])
             assert probe.returncode != 0 and "Read-only" in probe.stderr
-            target = Target(server.base_url, server.api, model=server.model,
-                            supports_ignore_eos=bool(server.supports_ignore_eos), flush_cache=server.flush_cache)
-            report, rows = run_level(target, requests, "S1", 1, cfg.bench, tiny_tokenizer, info)
+            report, rows = run_level(server, requests, "S1", 1, cfg.bench, tiny_tokenizer, info)
             summary, records = accuracy.evaluate(server, correctness, tiny_model_dir, cfg)
-        assert report["valid"], report["invalid_reasons"]
+        assert report.valid, report.invalid_reasons
         assert len(rows) == len(requests) and all(r["error"] is None for r in rows)
         # the server's count (usage) is the truth; re-tokenizing the streamed text on the client may differ
         assert all(r["server_output_tokens"] == r["output_tokens_asked"] for r in rows)

@@ -127,9 +127,12 @@ def test_deps_name_only_code_the_stage_runs(stage):
 
 
 def test_every_module_is_some_stage_code_or_a_tool():
-    """A module no stage runs is harness or the code of a `soarlab` command (cli.py's "module:function"
-    handlers); anything else is dead, or a stage runs it without dvc.yaml knowing."""
+    """A module no stage runs is harness, the code of a `soarlab` command (cli.py's "module:function"
+    handlers) or a class Hydra instantiates (a `_target_:` in conf/, e.g. the sweep's callback);
+    anything else is dead, or a stage runs it without dvc.yaml knowing."""
     commands = re.findall(r'"(soarlab[\w.]*):\w+"', (PKG / "cli.py").read_text())
+    conf = "".join(f.read_text() for f in (ROOT / "conf").rglob("*.yaml"))
+    commands += re.findall(r"_target_:\s*(soarlab[\w.]*)\.\w+", conf)
     used = set().union(*(stage_code(s) for s in STAGES), *(closure(m) for m in commands))
     helpers = {PKG / "bench" / "loopback.py"}  # the local streaming server of the tests and scripts/
     orphans = sorted(

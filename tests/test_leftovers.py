@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -47,8 +48,7 @@ def leave_temp_output(target: Path) -> Path:
 @pytest.fixture
 def project(tmp_path, monkeypatch) -> Path:
     proj = tmp_path / "proj"
-    (proj / "conf").mkdir(parents=True)
-    (proj / "conf" / "config.yaml").write_text((ROOT / "conf" / "config.yaml").read_text())
+    shutil.copytree(ROOT / "conf", proj / "conf")
     monkeypatch.chdir(proj)
     return proj
 
@@ -75,8 +75,8 @@ def test_killed_runs_temp_outputs_are_listed_untracked_and_removed(project, tmp_
 
     from soarlab.tracking import log_pipeline_run
 
-    cfg = OmegaConf.create({"tracking": {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "t"},
-                            "model": {"name": "tiny"}, "quant": {"name": "none"}, "engine": {"name": "external"}})
+    cfg = compose(["engine=external", "quant=none", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+                   "tracking.experiment=t"], root=ROOT)
     run_id = log_pipeline_run(cfg, project / "reports", project / "params.yaml")
     client = mlflow.MlflowClient(cfg.tracking.uri)
     uploaded = [a.path for a in client.list_artifacts(run_id, "reports")]
@@ -129,11 +129,10 @@ def test_gptqmodel_logs_go_to_a_scratch_folder_that_is_removed(tmp_path):
 
 STORE_WRITER = """
 import sys, time
-from omegaconf import OmegaConf
+from soarlab.config import compose
 from soarlab.tracking import log_pipeline_run
-uri, reports, params, ready, n = sys.argv[1:]
-cfg = OmegaConf.create({"tracking": {"uri": uri, "experiment": "race"}, "model": {"name": "tiny"},
-                        "quant": {"name": "none"}, "engine": {"name": "external"}})
+uri, reports, params, ready, n, root = sys.argv[1:]
+cfg = compose(["engine=external", "quant=none", f"tracking.uri={uri}", "tracking.experiment=race"], root=root)
 import mlflow, sqlalchemy  # imported before the barrier, so that the processes meet at store creation
 from pathlib import Path
 Path(ready, str(__import__("os").getpid())).touch()
@@ -154,7 +153,7 @@ def test_two_processes_creating_one_new_mlflow_store_both_log(tmp_path):
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
     ready = tmp_path / "ready"  # a barrier: every process past its imports, then all released at once
     ready.mkdir()
-    procs = [subprocess.Popen([sys.executable, "-c", STORE_WRITER, uri, str(reports), str(params), str(ready), "3"],
+    procs = [subprocess.Popen([sys.executable, "-c", STORE_WRITER, uri, str(reports), str(params), str(ready), "3", str(ROOT)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
     results = [p.communicate(timeout=300) for p in procs]
     for proc, (out, err) in zip(procs, results):

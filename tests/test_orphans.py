@@ -149,7 +149,7 @@ def test_spawned_child_dies_with_its_parent_even_on_sigkill(tmp_path):
 
 @pytest.mark.slow
 def test_two_queued_experiments_with_the_default_port_both_succeed(tmp_path):
-    """`dvc queue start -j 2` with engine.port left at its default: both benches serve at once, the
+    """`dvc queue start -j 2` with engine.port left at its default: both evaluate stages serve at once, the
     second on a free port (issue 12, part 3). Real DVC, real `transformers serve`."""
     from conftest import make_project
 
@@ -161,14 +161,14 @@ def test_two_queued_experiments_with_the_default_port_both_succeed(tmp_path):
         return proc.stdout + proc.stderr
 
     # The cheap tiny model and no quantization keep this short; the engine (and its port) is the default.
-    cheap = ["model.tiny.train_steps=0", "quant=none"]
+    cheap = ["model.tiny.train_steps=0", "quant=none", "eval.limit=4"]
     run("soarlab", "params", *cheap)
-    run("dvc", "repro", "bench")  # fetch, quantize and one bench: the cache both experiments start from
+    run("dvc", "repro", "evaluate")  # fetch, quantize and one evaluate: the cache both experiments start from
     run("git", "add", "-A")
     run("git", "commit", "-qm", "baseline")
     assert "port: 30000" in (dest / "params.yaml").read_text()
-    for seed in (2, 3):  # the bench stage differs (its request order), the port does not
-        run("dvc", "exp", "run", "--queue", "bench", *(f"-S{o}" for o in cheap), "-S", f"bench.seed={seed}")
+    for seed in (2, 3):  # the evaluate stage differs (the bench's request order), the port does not
+        run("dvc", "exp", "run", "--queue", "evaluate", *(f"-S{o}" for o in cheap), "-S", f"bench.seed={seed}")
     run("dvc", "queue", "start", "-j", "2")
     try:
         status = wait_for(lambda: (lambda out: out if out.count("Success") + out.count("Failed") >= 2 else None)(

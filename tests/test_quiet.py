@@ -63,4 +63,20 @@ def test_lm_eval_uneven_metric_counts_note_is_dropped_where_lm_eval_runs(caplog)
     with caplog.at_level(logging.WARNING):
         logging.getLogger("lm_eval.evaluator_utils").warning(
             "[soar_correctness] Metrics were not scored on the same number of documents (acc=18, acc_mcq=6).")
-    assert not caplog.records
+        logging.getLogger("lm_eval.evaluator").warning(
+            "generation_kwargs: %s specified through cli, these settings will update set parameters in yaml tasks.",
+            {"max_gen_toks": 48})
+        logging.getLogger("lm_eval.api.task").warning(
+            "soar_correctness: Custom kwargs can be passed to `--metadata` in console (as json string) or to the TaskManager.")
+        logging.getLogger("lm_eval.api.task").warning("soar_correctness: a real warning")
+    assert [r.getMessage() for r in caplog.records] == ["soar_correctness: a real warning"]
+
+
+def test_the_soarlab_command_installs_the_filters(tmp_path):
+    from soarlab.cli import main
+
+    target = logging.getLogger("transformers.configuration_utils")
+    for f in [f for f in target.filters if isinstance(f, quiet._DropMessage)]:
+        target.removeFilter(f)
+    assert main(["params", "--output", str(tmp_path / "params.yaml")]) == 0
+    assert any(isinstance(f, quiet._DropMessage) for f in target.filters)

@@ -50,7 +50,7 @@ def test_sweep_arguments_keep_hydra_options_and_overrides_apart():
 
 
 def test_failure_reason_is_the_stage_error_line():
-    log = "Running stage 'bench':\nsoarlab: error: server exited with 2 before it was ready. Fix: see log\nERROR: failed to reproduce 'bench'\n"
+    log = "Running stage 'evaluate':\nsoarlab: error: server exited with 2 before it was ready. Fix: see log\nERROR: failed to reproduce 'evaluate'\n"
     assert failure_reason(log, 255) == "server exited with 2 before it was ready. Fix: see log"
     assert failure_reason("torch.OutOfMemoryError: CUDA out of memory\nERROR: failed", 255).startswith("out of memory")
 

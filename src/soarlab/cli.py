@@ -153,6 +153,9 @@ def _raise_terminated(signum, _frame):
 
 
 def main(argv: list[str] | None = None) -> int:
+    from soarlab import quiet
+
+    quiet.install()  # known-harmless library warnings (each one's why is there)
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["sweep"]:  # Hydra parses the rest (its options start with '-', which argparse would take)
         args = argparse.Namespace(run=_handler("soarlab.sweep.app:sweep_cli"), hydra_args=argv[1:], debug=False)

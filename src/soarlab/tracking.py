@@ -38,6 +38,14 @@ SWEEP_TRIAL_ENV = {
 }
 
 
+
+def run_context() -> dict[str, str]:
+    """The sweep trial this execution is (tag -> value; empty outside `soarlab sweep`): the sweep, its
+    parent run and the trial. Not the GPU it got, which says where it ran, not what it is."""
+    return {tag: os.environ[var] for tag, var in SWEEP_TRIAL_ENV.items()
+            if tag != "soarlab.cuda_visible_devices" and os.environ.get(var)}
+
+
 def tracking_uri(cfg: DictConfig) -> str:
     if cfg.tracking.uri:
         return str(cfg.tracking.uri)
@@ -85,8 +93,9 @@ def _git(*args: str) -> str:
 def run_tags(cfg: DictConfig, speed_set_sha: str) -> dict[str, str]:
     tags = {
         "git.commit": _git("rev-parse", "HEAD"),
-        # dvc.lock and params.yaml are rewritten by the pipeline itself (`dvc exp run`, `dvc repro`).
-        "git.dirty": str(bool(_git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!dvc.lock", ":!params.yaml"))),
+        # dvc.lock, params.yaml and score.json (a metric kept in git) are rewritten by the pipeline itself.
+        "git.dirty": str(bool(_git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!dvc.lock",
+                                   ":!params.yaml", f":!{cfg.paths.reports}/score.json"))),
         "dvc.experiment": os.environ.get("DVC_EXP_NAME", ""),
         "dvc.baseline_rev": os.environ.get("DVC_EXP_BASELINE_REV", ""),
         "soarlab.model": str(cfg.model.name),

@@ -69,6 +69,10 @@ def _quiet_lm_eval() -> None:
     drop("lm_eval.evaluator_utils", r"Metrics were not scored on the same number of documents",
          "by design: each row scores acc and the metric of its own task only (acc_mcq on mcq rows, ...), "
          "and no lm-eval group aggregation is used")
+    drop("lm_eval.evaluator", r"^generation_kwargs: .* specified through cli",
+         "the generation settings (greedy, max tokens, EOS stops) are ours on purpose, from eval.* (RULES.md 3)")
+    drop("lm_eval.api.task", r"Custom kwargs can be passed to `--metadata`",
+         "the task's dataset is our file, named in dataset_kwargs; it takes no metadata")
 
 
 def run_correctness(

@@ -47,11 +47,14 @@ def pipeline_start_ms(reports: Path) -> int:
     return int(1000 * min((e["start"] for e in since), default=time.time()))
 
 
-def inputs_digest(reports: Path, params_file: Path) -> str:
+def inputs_digest(reports: Path, params_file: Path, context: dict[str, str]) -> str:
     """sha256 over the config and every report a stage wrote: equal when nothing re-ran. Left out: logs,
     and reference.json, which the always-run reference stage rewrites (its count of recorded runs grows
-    with every run); what it changes that matters, the best durations, shows in score.json."""
+    with every run); what it changes that matters, the best durations, shows in score.json.
+    `context`: the sweep trial it is (tracking.run_context): a trial is its own run, a child of its
+    sweep's, even where its results equal an earlier run's (all its stages came from DVC's cache)."""
     digest = hashlib.sha256(params_file.read_bytes())
+    digest.update(json.dumps(context, sort_keys=True).encode())
     skipped = {"logs", "reference.json"}
     for path in sorted(p for p in reports.rglob("*") if p.is_file() and p.relative_to(reports).parts[0] not in skipped):
         digest.update(str(path.relative_to(reports)).encode() + b"\0" + file_sha256(path).encode())

@@ -9,14 +9,10 @@ Writes reports/accuracy/summary.json    ori, normalized, C, per-task scores, boo
 
 from __future__ import annotations
 
-import logging
-
 from omegaconf import DictConfig
 
 from soarlab.atomic import write_json, write_jsonl
 from soarlab.paths import project_root
-
-log = logging.getLogger(__name__)
 
 
 def evaluate(server, data_file, model_dir, cfg: DictConfig) -> tuple[dict, list[dict]]:
@@ -60,7 +56,6 @@ def run(cfg: DictConfig, server=None) -> None:
     write_json(out / "metrics.json", flat_metrics(summary))
     write_json(out / "summary.json", summary)
     for warning in summary["warnings"]:
-        log.warning(warning)
         print(f"accuracy: warning: {warning}")
     print(
         f"accuracy: ori {summary['ori_accuracy']:.2f}  normalized {summary['normalized_accuracy']:.2f}  C {summary['C']}"

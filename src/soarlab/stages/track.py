@@ -1,7 +1,7 @@
 """track: log this pipeline execution as one MLflow run, from params.yaml and reports/.
 
 A re-run in which no stage ran (same config, same reports) is recognised by the digest of its
-inputs and not logged again. With official submissions recorded, the new run also gets the
+inputs and not logged again, unless it is a sweep trial (each trial is a child run of its sweep). With official submissions recorded, the new run also gets the
 predicted official figures (soarlab.decide.calibration)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 from soarlab.datasets.soar import file_sha256
 from soarlab.decide.run_page import inputs_digest
 from soarlab.paths import project_root
-from soarlab.tracking import log_pipeline_run, run_with_inputs, tracking_uri
+from soarlab.tracking import log_pipeline_run, run_context, run_with_inputs, tracking_uri
 
 
 def run(cfg: DictConfig) -> None:
@@ -19,7 +19,7 @@ def run(cfg: DictConfig) -> None:
 
     root = project_root()
     reports, params_file = root / cfg.paths.reports, root / "params.yaml"
-    digest = inputs_digest(reports, params_file)
+    digest = inputs_digest(reports, params_file, run_context())
     same = run_with_inputs(cfg, digest)
     if same:
         print(f"MLflow run {same} already holds these inputs and results (nothing re-ran): no new run logged")
