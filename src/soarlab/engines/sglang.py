@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import shlex
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -87,11 +86,6 @@ def server_flags(engine, serve_quantization: str | None) -> list[str]:
         else:
             argv += [f"--{name}", str(value)]
     return argv
-
-
-def render_server_args(cfg) -> str:
-    """The pipeline's SGLang flags (engine + quant preset) as one shell-quoted string."""
-    return shlex.join(server_flags(cfg.engine, cfg.quant.serve_quantization))
 
 
 def build_command(cfg, model_dir: Path, host: str, port: int) -> list[str]:
