@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -19,7 +21,7 @@ from soarlab.datasets.speed import make_speed_set, named_profile
 from soarlab.engines.server import Server
 from soarlab.atomic import write_jsonl
 
-from bench_helpers import ROOT, bench_cfg
+from bench_helpers import ROOT, bench_cfg, wait_for
 
 
 def _overrides(*extra):
@@ -92,3 +94,22 @@ def test_stage_runs_three_levels(speed_set, tiny_model_dir, tmp_path, monkeypatc
     assert (tmp_path / "reports" / "logs" / "bench-server.log").is_file() and (out / "Smax.requests.jsonl").is_file()
     assert json.loads((out / "S1.json").read_text())["runs"][0]["cache_flush"] == "flushed"
     assert servers[0].stats.flushes == 3  # one real POST /flush_cache per level, through Server.flush_cache
+
+
+def test_sigterm_mid_level_stops_cleanly(speed_set, tiny_model_dir, tmp_path):
+    """SIGTERM while every request streams: one line, exit 143, no asyncio traceback (a race CI once hit)."""
+    with LoopbackServer(api="sglang", token_delay_s=1.0) as srv:
+        cmd = [sys.executable, "-m", "soarlab.cli", "bench", "--url", srv.base_url, "--dataset", str(speed_set),
+               "--level", "S8", "--tokenizer", str(tiny_model_dir), "--output-dir", str(tmp_path / "out"),
+               *_overrides("bench.warmup_requests=0")]
+        stage = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: srv.stats.inflight >= 2, "requests in flight")
+            stage.send_signal(signal.SIGTERM)
+            _, err = stage.communicate(timeout=60)
+        finally:
+            if stage.poll() is None:
+                stage.kill()
+    assert stage.returncode == 128 + signal.SIGTERM, err
+    assert "soarlab: stopped by SIGTERM" in err and "Traceback" not in err and "never retrieved" not in err, err
+    assert not (tmp_path / "out" / "S8.json").exists()

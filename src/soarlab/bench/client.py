@@ -238,8 +238,13 @@ class ApiClient:
         # Full GC passes over a heap holding torch/transformers (~200k objects) cost ~20% of the client's
         # CPU at Smax (measured: 1.27 -> 1.03 s per 2000 requests); freeze what exists before the level.
         gc.freeze()
+        gathered = asyncio.gather(*(worker() for _ in range(workers)))
+        # On SIGTERM (cli.Terminated, raised inside the event loop) asyncio.run cancels the workers
+        # and this coroutine in no fixed order; gather may then hold a CancelledError nobody awaits,
+        # which asyncio prints as a traceback at exit. Retrieving it here keeps the stop message clean.
+        gathered.add_done_callback(lambda f: f.cancelled() or f.exception())
         try:
-            await asyncio.wait_for(asyncio.gather(*(worker() for _ in range(workers))), deadline_s)
+            await asyncio.wait_for(gathered, deadline_s)
         except asyncio.TimeoutError:
             _abandon(records, f"abandoned: the run took over {deadline_s:g} s (bench.level_timeout_s)")
         finally:
