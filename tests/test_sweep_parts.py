@@ -13,6 +13,7 @@ from hydra_plugins.soarlab_optuna_sweeper.optuna_sweeper import distribution
 from soarlab.sweep.app import add_overrides, launcher_defaults, split_name
 from soarlab.sweep.lease import gpu_lease
 from soarlab.sweep.record import TrialResult, trial_key
+from soarlab.config import compose
 from soarlab.sweep.trial import failure_reason, pipeline_overrides
 
 
@@ -34,9 +35,13 @@ def test_c_zero_never_outranks_a_valid_trial_and_failures_come_last():
 
 def test_only_pipeline_overrides_reach_dvc():
     given = ["quant=gptq_w8", "sweep=quant", "trial.timeout_s=5", "+engine.server_args.kv-cache-dtype=fp8"]
-    assert pipeline_overrides(given, ["engine.port=0"]) == [
+    cfg = compose(given[:1] + given[3:] + ["engine=sglang"])
+    assert pipeline_overrides(given, ["engine.port=0"], cfg) == [
         "quant=gptq_w8", "+engine.server_args.kv-cache-dtype=fp8", "engine.port=0"]
-    assert pipeline_overrides(["engine.port=31000"], ["engine.port=0"]) == ["engine.port=31000"]
+    assert pipeline_overrides(["engine.port=31000"], ["engine.port=0"], cfg) == ["engine.port=31000"]
+    # An external server is started elsewhere: it has no port to pick, and Hydra would refuse the key.
+    external = compose(["engine=external"])
+    assert pipeline_overrides(["engine=external"], ["engine.port=0"], external) == ["engine=external"]
     assert trial_key(["b=1", "a=2"]) == trial_key(["a=2", "b=1"])
 
 

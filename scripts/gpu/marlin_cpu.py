@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from models import SEED, SMALL, gen_weights, tensor_sha
+from models import SEED, SMALL, tensor_sha, write_small_llama
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU = ROOT / ".gpu"
@@ -37,21 +37,13 @@ def load_dir(d: Path) -> dict:
 
 def build() -> None:
     from safetensors.torch import save_file
-
-    from soarlab.tiny.build import _train_tokenizer
+    from transformers import AutoTokenizer
 
     for d in (MC, MQ):
         shutil.rmtree(d, ignore_errors=True)
     bf16 = MC / "bf16"
-    bf16.mkdir(parents=True)
-    tok = _train_tokenizer(SMALL["vocab_size"])
-    assert tok.convert_tokens_to_ids("<|im_end|>") == SMALL["eos_token_id"]
-    tok.save_pretrained(bf16)
-    (bf16 / "config.json").write_text(json.dumps(SMALL, indent=1) + "\n")
-    (bf16 / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": 1, "eos_token_id": SMALL["eos_token_id"], "pad_token_id": 2, "do_sample": False}) + "\n")
-    weights = gen_weights()
-    save_file(weights, str(bf16 / "model.safetensors"), metadata={"format": "pt"})
+    weights = write_small_llama(bf16)
+    tok = AutoTokenizer.from_pretrained(bf16)
     soar = [sys.executable, "-m", "soarlab.cli"]
     subprocess.run(soar + ["prepare-model", "--input", str(bf16), "--output", str(MC / "gptq"),
                            "model=tiny", f"quant={PRESET}"], check=True)

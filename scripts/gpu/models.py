@@ -4,9 +4,9 @@
   intermediate 14336, vocab 73448; 32 layers = 7.58 B parameters) for `--load-format dummy`, with a
   WordLevel `t<id>` tokenizer, optionally with the quantization_config SOAR Lab's own rules
   (soarlab.quant.rules) write for a quant preset. No weights: SGLang fills them with random numbers.
-- `SMALL` / `gen_weights`: a small Llama with real random weights (hidden 1024, 2 layers, vocab 2048 of
-  soarlab.tiny's tokenizer), generated bit-stably from a seed, so the GPU side rebuilds the bf16
-  model instead of carrying it, and checks it tensor by tensor against the CPU's sha256.
+- `SMALL` / `gen_weights` / `write_small_llama`: a small Llama with real random weights (hidden 1024,
+  2 layers, vocab 2048 of soarlab.tiny's tokenizer), generated bit-stably from a seed, so the GPU side
+  rebuilds the bf16 model instead of carrying it, and checks it tensor by tensor against the CPU's sha256.
 """
 
 from __future__ import annotations
@@ -126,6 +126,26 @@ def gen_weights(cfg: dict = SMALL, seed: int = SEED) -> dict:
     w["model.norm.weight"] = norm(h)
     w["lm_head.weight"] = uni((v, h), 4 * h ** -0.5)
     return w
+
+
+def write_small_llama(d: Path, cfg: dict = SMALL, seed: int = SEED) -> dict:
+    """The small Llama as a model folder (config, the embedded model's tokenizer and chat template,
+    seeded weights); returns the weights. SGLang serves it as it is, and SOAR Lab's pipeline takes it
+    as `model.source=local`."""
+    from safetensors.torch import save_file
+
+    from soarlab.tiny.build import _train_tokenizer
+
+    d.mkdir(parents=True, exist_ok=True)
+    tok = _train_tokenizer(cfg["vocab_size"])
+    assert tok.convert_tokens_to_ids("<|im_end|>") == cfg["eos_token_id"]
+    tok.save_pretrained(d)
+    (d / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
+    (d / "generation_config.json").write_text(json.dumps(
+        {"bos_token_id": 1, "eos_token_id": cfg["eos_token_id"], "pad_token_id": 2, "do_sample": False}) + "\n")
+    weights = gen_weights(cfg, seed)
+    save_file(weights, str(d / "model.safetensors"), metadata={"format": "pt"})
+    return weights
 
 
 def tensor_sha(t) -> str:

@@ -37,13 +37,16 @@ _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _OOM_SIGNS = ("out of memory", "OutOfMemoryError", "MemoryError", "exited with -9", "Killed")
 
 
-def pipeline_overrides(task_overrides: Sequence[str], always: Sequence[str]) -> list[str]:
-    """The trial's pipeline overrides, plus `always` (e.g. engine.port=0) where the trial sets no such key."""
+def pipeline_overrides(task_overrides: Sequence[str], always: Sequence[str], cfg: DictConfig) -> list[str]:
+    """The trial's pipeline overrides, plus `always` (e.g. engine.port=0) where the trial sets no such key
+    and its config has one (engine=external has no port: it starts no server)."""
     def key(item: str) -> str:
         return item.lstrip("+~").split("=", 1)[0]
 
+    absent = object()
     own = [o for o in task_overrides if key(o).split(".")[0] not in _SWEEP_KEYS]
-    return own + [o for o in always if key(o) not in {key(x) for x in own}]
+    return own + [o for o in always if key(o) not in {key(x) for x in own}
+                  and OmegaConf.select(cfg, key(o), default=absent) is not absent]
 
 
 def _locks(root: Path) -> Path:
@@ -163,7 +166,7 @@ def run_trial(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     root = project_root(hydra_cfg.runtime.cwd)
     sweep = os.environ[SWEEP_TRIAL_ENV["soarlab.sweep"]]
-    overrides = pipeline_overrides(hydra_cfg.overrides.task, cfg.trial.always)
+    overrides = pipeline_overrides(hydra_cfg.overrides.task, cfg.trial.always, cfg)
     key = trial_key(overrides)
     record = SweepRecord(cfg, sweep)
     earlier = record.finished(key)
