@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # SOAR Lab's whole pipeline through SGLang on the GPU, as a user runs it (docs/PERFORMANCE.md
 # "A sweep on the GPU" and "One server per experiment and JIT caches"):
-#   1. `soarlab sweep SWEEP`: one `dvc exp run --temp` per trial, scores in MLflow;
-#   2. then `dvc exp run -S FLAG` (one serving flag changed), timed from its start to reports/score.json.
+#   `soarlab sweep SWEEP`: one `dvc exp run --temp -S ...` per trial, scores in MLflow. The first trial runs
+#   every stage; each later one changes a serving flag only, so its time (sweep.log stamps each trial's
+#   end) is the time from `dvc exp run -S <serving flag>` to reports/score.json with the JIT caches warm.
 # The model is the small Llama of models.py (SGLang 0.5.17 cannot serve MiniCPM-SALA's shape).
 #   bash scripts/gpu/pipeline_check.sh PROJECT OUT
 # PROJECT: a copy of the checkout's files (no .git needed: this makes the git repo DVC needs); OUT: results.
-# Environment: PY (default python3), BASE (what every run gets), SWEEP, FLAG, GIT_DEB (git, where the
-# machine has none). device.sh runs it as the
-# step `pipeline`, with the packs on PYTHONPATH. On a CPU machine, BASE with engine=transformers
-# rehearses all of it but SGLang.
+# Environment: PY (default python3), BASE (what every trial gets), SWEEP, GIT_DEB (git's .deb, for a
+# machine without git). device.sh runs it as the step `pipeline`, with the packs on PYTHONPATH. On a CPU,
+# BASE="engine=transformers" (or engine=external) rehearses all of it but SGLang (scripts/README.md).
 set -euo pipefail
 SRC=$(cd "$1" && pwd)
 OUT=$(mkdir -p "$2" && cd "$2" && pwd)
@@ -21,7 +21,6 @@ BASE=${BASE:-"engine=sglang engine.server_args.attention-backend=triton engine.s
   +engine.server_args.cuda-graph-max-bs=8 +engine.server_args.mem-fraction-static=0.5"}
 BASE="model.source=local model.local_path=$MODEL quant=none bench.dataset.num_requests=4 eval.limit=4 $BASE"
 SWEEP=${SWEEP:-"+engine.server_args.kv-cache-dtype=auto,fp8_e4m3,fp8_e5m2"}
-FLAG=${FLAG:-engine.server_args.chunked-prefill-size=4096}
 
 # `soarlab` and `dvc` as the stages' commands call them; each stage imports the src/ of the workspace
 # it runs in (DVC runs trials in temporary copies of the project).
@@ -60,11 +59,6 @@ t1=$(date +%s)
 soarlab sweep --name gpu $BASE $SWEEP 2>&1 | stamped | tee "$OUT/sweep.log" || echo "the sweep exited with $?"
 echo "SWEEP wall_s=$(( $(date +%s) - t1 ))" | tee -a "$OUT/times.txt"
 
-overrides=()
-for o in $BASE $FLAG; do overrides+=(-S "$o"); done
-t3=$(date +%s)
-dvc exp run --temp --name flag "${overrides[@]}" 2>&1 | stamped | tee "$OUT/flag.log"
-echo "FLAG wall_s=$(( $(date +%s) - t3 )) ($FLAG)" | tee -a "$OUT/times.txt"
 collect
 # results.json: the wall times and what MLflow holds per run (device.sh's poll brings it back as pipeline.json)
 "$PY" - "$OUT" <<'EOF'
@@ -76,5 +70,5 @@ rows = con.execute("select r.name, m.key, m.value from runs r join latest_metric
                    "order by r.start_time, m.key").fetchall()
 times = open(f"{out}/times.txt").read().splitlines()
 json.dump({"times": times, "mlflow": rows}, open(f"{out}/results.json", "w"), indent=1)
-print("SUMMARY", json.dumps(times), json.dumps(rows)[:400])
+print("SUMMARY", json.dumps(times), json.dumps([r for r in rows if r[1].endswith("final")])[:400])
 EOF
