@@ -114,7 +114,10 @@ def test_interrupted_sweep_resumes_without_redoing_finished_trials(project):
     # The first trial is cached from the grid; the second is new (bench and accuracy run), so that the
     # interrupt lands while it runs.
     args = ["soarlab", "sweep", "--name", "resume", *SMALL, "engine.log_level=info,debug"]
-    proc = subprocess.Popen(args, cwd=dest, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # A shell without job control starts `cmd &` with SIGINT ignored, and children inherit that (Python then
+    # installs no KeyboardInterrupt handler): give the sweep Ctrl-C's default, however pytest was started.
+    proc = subprocess.Popen(args, cwd=dest, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = []
     for line in proc.stdout:  # the first trial (cached from the grid) finishes; interrupt the second
         seen.append(line)

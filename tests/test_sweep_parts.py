@@ -111,3 +111,19 @@ def test_sweep_refuses_a_lock_whose_folder_outputs_are_not_cached(tmp_path, monk
     listing.parent.mkdir(parents=True)
     listing.write_text("[]")
     check_outputs_cached(tmp_path)  # a `cache: false` file output is never in the cache: not asked for
+
+
+def test_parent_run_logs_a_space_that_adds_a_flag(tmp_path):
+    """`+engine.server_args.x=a,b` (how a flag is added) is a valid sweep; MLflow refuses '+' in a param
+    name, which left the H200 sweep's parent run without its space. A real sqlite store."""
+    import mlflow
+
+    from soarlab.sweep.record import SweepRecord
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = compose([f"tracking.uri={uri}"])
+    space = {"+engine.server_args.kv-cache-dtype": "auto,fp8_e4m3", "engine.server_args.chunked-prefill-size": "4096"}
+    run_id = SweepRecord(cfg, "s").open_parent(space, ["+engine.server_args.kv-cache-dtype=auto,fp8_e4m3"])
+    params = mlflow.MlflowClient(uri).get_run(run_id).data.params
+    assert params == {"space.engine.server_args.kv-cache-dtype": "auto,fp8_e4m3",
+                      "space.engine.server_args.chunked-prefill-size": "4096"}

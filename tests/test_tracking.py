@@ -68,3 +68,20 @@ def test_dvc_temp_copy_logs_into_the_owning_project(tmp_path, monkeypatch):
     assert owning_project_root(copy) == owner
     monkeypatch.setenv("DVC_ROOT", str(owner))
     assert owning_project_root(copy / "conf") == owner
+
+
+def test_run_name_shows_the_flag_two_sweep_trials_differ_in():
+    """A group's keys are named against the group's own preset: trials of engine=sglang that differ in one
+    serving flag get different names (seen on the H200 sweep, where both were 'none · engine=sglang')."""
+    from soarlab.decide.run_page import run_name
+    from soarlab.tracking import run_params
+
+    def name(*overrides):
+        cfg = compose(list(overrides))
+        return run_name(cfg, run_params(cfg))
+
+    assert name() == "gptq_w4_mixed"
+    assert name("quant=none", "engine=sglang") == "none · engine=sglang"
+    assert name("quant=none", "engine=sglang", "+engine.server_args.kv-cache-dtype=fp8_e4m3") == \
+        "none · engine=sglang, engine.server_args.kv-cache-dtype=fp8_e4m3"
+    assert name("engine=external", "engine.url=http://gpu-box:30000") == "gptq_w4_mixed · engine=external"  # incidental

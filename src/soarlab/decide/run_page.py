@@ -75,11 +75,20 @@ def config_delta(params: dict[str, str], reference: dict[str, str], incidental) 
 
 
 def run_name(cfg, params: dict[str, str]) -> str:
-    """'gptq_w4', 'none', 'gptq_w4 · bench.repeats=3, engine=external': the preset and what changed."""
+    """'gptq_w4', 'none', 'gptq_w4 · engine=sglang, engine.server_args.kv-cache-dtype=fp8_e4m3': the preset
+    and what changed; the keys of a group whose preset changed, against that preset (else two sweep
+    trials of engine=sglang that differ in one flag would get one name)."""
     from soarlab.config import compose
+    from soarlab.errors import SoarError
     from soarlab.tracking import run_params
 
-    delta = config_delta(params, run_params(compose()), cfg.decide.incidental_params)
+    incidental = cfg.decide.incidental_params
+    presets = [d for d in config_delta(params, run_params(compose()), incidental) if "." not in d.split("=", 1)[0]]
+    try:
+        reference = run_params(compose(presets))
+    except SoarError:  # a group `name` set by hand, not a preset in conf/: its keys follow it, unnamed
+        reference = run_params(compose())
+    delta = presets + [d for d in config_delta(params, reference, incidental) if "." in d.split("=", 1)[0]]
     rest = [d for d in delta if not d.startswith("quant=")]
     name = str(cfg.quant.name) + (" · " + ", ".join(rest) if rest else "")
     return name if len(name) <= 250 else name[:249] + "…"

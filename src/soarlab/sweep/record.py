@@ -99,8 +99,8 @@ class SweepRecord:
             run = self.client.create_run(self.experiment_id, run_name=self.name,
                                          tags={SWEEP_TAG: self.name, ROLE_TAG: "sweep"})
             run_id = run.info.run_id
-            for key, value in space.items():
-                self.client.log_param(run_id, f"space.{key}", str(value)[:6000])
+            for key, value in space.items():  # MLflow refuses '+' and '~' in a name (`+engine.server_args.x=...`)
+                self.client.log_param(run_id, f"space.{key.lstrip('+~')}", str(value)[:6000])
             self.client.set_tag(run_id, "soarlab.command", " ".join(command))
             self.client.log_dict(run_id, {"space": space, "command": list(command)}, "sweep/search_space.json")
         else:
