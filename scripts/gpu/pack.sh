@@ -29,35 +29,7 @@ mv "$DEST/c1/core.tar.xz.tmp" "$DEST/c1/core.tar.xz"
 # SOAR Lab's config (hydra-core, omegaconf, antlr4): pure Python, taken from the project venv at the pinned
 # versions (antlr4-python3-runtime 4.9.3 is sdist-only on PyPI, so --only-binary finds none).
 (cd "$SRC"/.venv/lib/python3.*/site-packages && tar cf - --exclude=__pycache__ hydra omegaconf antlr4) | xz -6 > "$DEST/c1/extras.tar.xz"
-# DEST/c2 (for pipeline_check.sh; a second call, since c1 leaves too little of the 64 MiB): the pipeline's
-# own packages (pipeline-wheels.txt) for CPython 3.12, resolved by a real Python 3.12 ($PY312) under the
-# core's pins, less what the image or the core has; and git's .deb, for an image without git.
-if [ -n "${PY312:-}" ]; then
-  rm -rf "$WORK/v312" && "$PY312" -m venv "$WORK/v312"
-  grep -v '^sglang==' "$SRC/scripts/gpu/wheels.txt" > "$WORK/core-pins.txt"
-  "$WORK/v312/bin/pip" --isolated install -q ${PIP_CERT:+--cert "$PIP_CERT"} -c "$WORK/core-pins.txt" \
-    -r "$SRC/scripts/gpu/pipeline-wheels.txt"
-  mkdir -p "$DEST/c2"
-  "$WORK/v312/bin/python" - "$SRC/scripts/gpu" "$DEST/c2/deps.tar.xz" <<'EOF'
-import importlib.metadata as md, os, re, sys, tarfile
-here, out = sys.argv[1], sys.argv[2]
-norm = lambda s: re.sub(r"[-_.]+", "-", s.strip().lower())
-names = lambda f: {norm(re.split(r"[=<>\[ ]", l)[0]) for l in open(f) if l.strip() and not l.startswith("#")}
-skip = names(f"{here}/image-packages.txt") | names(f"{here}/wheels.txt")
-site = next(p for p in sys.path if p.endswith("site-packages"))
-files = sorted({str(f) for d in md.distributions(path=[site]) if norm(d.metadata["Name"]) not in skip
-                and not norm(d.metadata["Name"]).startswith(("nvidia-", "cuda-", "torch", "triton"))
-                and d.metadata["Name"] not in ("pip", "setuptools")
-                for f in d.files or [] if "__pycache__" not in str(f) and not str(f).startswith("..")})
-with tarfile.open(out + ".tmp", "w:xz", preset=6) as t:
-    for f in files:
-        if os.path.exists(os.path.join(site, f)):
-            t.add(os.path.join(site, f), arcname=f, recursive=False)
-os.replace(out + ".tmp", out)
-EOF
-  ! command -v apt-get > /dev/null || (cd "$WORK" && apt-get download git && mv git_*.deb "$DEST/c2/git.deb")
-  du -sh "$DEST/c2"/*
-fi
+[ -z "${PY312:-}" ] || bash "$SRC/scripts/gpu/pack_pipeline.sh" "$DEST" "$SRC"
 rm -rf "$DEST/repo" && mkdir -p "$DEST/repo"
 (cd "$SRC" && tar cf - --exclude=__pycache__ src conf scripts pyproject.toml) | tar xf - -C "$DEST/repo"
 du -sh "$DEST/c1/core.tar.xz" "$DEST/repo"
