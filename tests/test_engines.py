@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import sys
@@ -154,7 +155,7 @@ def test_sglang_without_sglang_installed_says_how_to_fix(tmp_path, monkeypatch):
 # --- start / health / flush / stop, against the stand-in ----------------------------------------------
 
 
-def test_sglang_machinery_with_stand_in(tmp_path, monkeypatch, stand_in):
+def test_sglang_machinery_with_stand_in(tmp_path, monkeypatch, stand_in, capsys):
     """SGLang mocked (needs a GPU): open_sglang runs a stand-in process instead of sglang.launch_server."""
     port = free_port()
     monkeypatch.setattr(sglang_engine, "preflight", lambda cfg: None)
@@ -170,6 +171,9 @@ def test_sglang_machinery_with_stand_in(tmp_path, monkeypatch, stand_in):
         pid = _stand_in_pid(log)
         assert pid_alive(pid)
     assert not pid_alive(pid)
+    # the start's time is said (minutes on a GPU): the stand-in waits 0.5 s before it answers
+    ready = re.search(r"^sglang server ready in ([0-9.]+) s at http://127\.0\.0\.1:(\d+)$", capsys.readouterr().out, re.M)
+    assert ready and float(ready[1]) >= 0.5 and int(ready[2]) == port
     assert "stand-in starting" in log.read_text() and "/flush_cache" in log.read_text()
     # engine.jit_cache_dir reaches the server's environment, one folder per JIT compiler
     assert f"jit caches {jit}/tvm-ffi {jit}/triton {jit}/flashinfer" in log.read_text() and jit.is_dir()
@@ -252,7 +256,7 @@ def test_port_in_use_gets_a_free_port_and_says_so(tmp_path, stand_in, monkeypatc
 # --- external ----------------------------------------------------------------------------------------
 
 
-def test_external_reachable_and_unreachable(tmp_path, stand_in):
+def test_external_reachable_and_unreachable(tmp_path, stand_in, capsys):
     port = free_port()
     with managed_server([sys.executable, str(stand_in), "--port", str(port)], base_url=f"http://127.0.0.1:{port}",
                         log_path=tmp_path / "log", startup_timeout_s=30) as proc:
@@ -261,6 +265,7 @@ def test_external_reachable_and_unreachable(tmp_path, stand_in):
             assert (server.base_url, server.api, server.model) == (f"http://127.0.0.1:{port}", "sglang", "m")
             assert server.supports_ignore_eos and server.flush_cache()
         assert proc.poll() is None  # external: nothing stopped
+    assert "server ready" not in capsys.readouterr().out  # nor timed: it was not started here
     dead = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(SoarError, match=f"server at {dead} not reachable.*Fix: start it or set engine.url"):
         with open_engine(engine_cfg("external", url=dead), tmp_path, tmp_path / "unused.log"):

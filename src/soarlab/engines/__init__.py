@@ -17,6 +17,7 @@ Its port is leased (lease.py): a taken `engine.port` gives a free one, said on s
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -33,10 +34,12 @@ __all__ = ["ENGINES", "Server", "open_engine"]
 def open_engine(cfg, model_dir: str | Path, log_path: str | Path) -> Iterator[Server]:
     """Start the engine named by `cfg.engine.name` on `model_dir`; yield a ready `Server`; stop it."""
     name = cfg.engine.name
+    t0 = time.monotonic()
     if cfg.engine.get("launcher") == "container":  # external has no launcher
         from soarlab.engines.container import open_container
 
         with open_container(cfg, Path(log_path)) as server:
+            _say_ready(f"{name} (container)", t0, server)
             yield server
         return
     if name == "transformers":
@@ -48,4 +51,11 @@ def open_engine(cfg, model_dir: str | Path, log_path: str | Path) -> Iterator[Se
     else:
         raise SoarError(f"unknown engine.name {name!r}", f"use one of {', '.join(ENGINES)} (engine=transformers, ...)")
     with opener(cfg, Path(model_dir), Path(log_path)) as server:
+        if name != "external":  # started elsewhere: its start is not ours to time
+            _say_ready(name, t0, server)
         yield server
+
+
+def _say_ready(name: str, t0: float, server: Server) -> None:
+    """A start takes minutes on a GPU (imports, CUDA graphs, JIT): say how long, in the stage's log."""
+    print(f"{name} server ready in {time.monotonic() - t0:.1f} s at {server.base_url}", flush=True)
