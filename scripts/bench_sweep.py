@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from conftest import make_project  # noqa: E402  (the tests' project-copy helper: a fresh git repo)
+from conftest import make_fresh_project  # noqa: E402  (the tests' project-copy helper: a git repo, no outputs)
 
 QUANTS = ["rtn_w4", "gptq_w4_mixed"]
 SERVING = ["engine.log_level=info", "engine.log_level=warning"]
@@ -35,21 +35,12 @@ def run(cmd: list[str], cwd: Path, env: dict) -> str:
     return proc.stdout + proc.stderr
 
 
-def fresh_project(dest: Path) -> tuple[Path, dict]:
-    """A project copy with no outputs yet: its committed dvc.lock names outputs this machine's DVC
-    cache does not hold (a sweep refuses to start on them; tests/test_sweep.py starts the same way)."""
-    dest, env = make_project(dest)
-    subprocess.run(["git", "rm", "-q", "dvc.lock"], cwd=dest, env=env, check=True)
-    subprocess.run(["git", "commit", "-qm", "no outputs yet"], cwd=dest, env=env, check=True)
-    return dest, env
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--full", action="store_true", help="the tiny default as is (300 training steps)")
     fixed = [] if parser.parse_args().full else SMALL
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
-        dest, env = fresh_project(Path(tmp) / "sweep")
+        dest, env = make_fresh_project(Path(tmp) / "sweep")
         start = time.monotonic()
         out = run(["soarlab", "sweep", "--name", "bench", *fixed, f"quant={','.join(QUANTS)}",
                    f"engine.log_level={','.join(s.split('=')[1] for s in SERVING)}"], dest, env)
@@ -60,7 +51,7 @@ def main() -> None:
 
         one_by_one_s, one_by_one_quantizes = 0.0, 0
         for i, (quant, serving) in enumerate(product(QUANTS, SERVING)):
-            dest, env = fresh_project(Path(tmp) / f"pipeline-{i}")
+            dest, env = make_fresh_project(Path(tmp) / f"pipeline-{i}")
             start = time.monotonic()
             run(["soarlab", "params", *fixed, f"quant={quant}", serving], dest, env)
             log = run(["dvc", "repro"], dest, env)

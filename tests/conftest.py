@@ -64,3 +64,13 @@ def make_project(dest: Path) -> tuple[Path, dict[str, str]]:
     for cmd in (["git", "init", "-q", "-b", "main"], ["git", "add", "-A"], ["git", "commit", "-qm", "copy"]):
         subprocess.run(cmd, cwd=dest, env=env, check=True)
     return dest, env
+
+
+def make_fresh_project(dest: Path) -> tuple[Path, dict[str, str]]:
+    """make_project without outputs: the committed dvc.lock names outputs made on another machine, which
+    this copy's DVC cache does not hold (a user would `dvc pull` or `dvc repro` them first; `soarlab
+    sweep` refuses to start on them and says so)."""
+    dest, env = make_project(dest)
+    subprocess.run(["git", "rm", "-q", "dvc.lock"], cwd=dest, env=env, check=True)
+    subprocess.run(["git", "commit", "-qm", "no outputs yet"], cwd=dest, env=env, check=True)
+    return dest, env

@@ -22,7 +22,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from conftest import make_project
+from conftest import make_fresh_project
 
 pytestmark = pytest.mark.slow
 
@@ -31,12 +31,7 @@ SMALL = ["model.tiny.train_steps=0", "bench.dataset.num_requests=4", "eval.limit
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    # The committed dvc.lock names outputs made on another machine, which this copy's DVC cache does not
-    # hold (a user would `dvc pull` or `dvc repro` them first; `soarlab sweep` says so). Start without it.
-    dest, env = make_project(tmp_path_factory.mktemp("sweep-project"))
-    subprocess.run(["git", "rm", "-q", "dvc.lock"], cwd=dest, env=env, check=True)
-    subprocess.run(["git", "commit", "-qm", "no outputs yet"], cwd=dest, env=env, check=True)
-    return dest, env
+    return make_fresh_project(tmp_path_factory.mktemp("sweep-project"))
 
 
 def sweep(project, *args: str, check: bool = True) -> str:

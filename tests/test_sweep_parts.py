@@ -10,10 +10,10 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from hydra_plugins.soarlab_optuna_sweeper.optuna_sweeper import distribution
+from soarlab.config import compose
 from soarlab.sweep.app import add_overrides, launcher_defaults, split_name
 from soarlab.sweep.lease import gpu_lease
 from soarlab.sweep.record import TrialResult, trial_key
-from soarlab.config import compose
 from soarlab.sweep.trial import failure_reason, pipeline_overrides
 
 

@@ -39,10 +39,11 @@ unpack() {  # each pack once per machine (a later call's checkout keeps the pack
 driver() {  # runs detached; one line per step in $RES/driver.log
   local mq=$REPO/mq  # the copy `start` made of the checkout's .gpu/mq
   cd "$REPO"  # SOAR Lab composes conf/ of the folder it runs in: this code's, not the checkout's
-  case " $* " in *" marlin"*) ;; *) touch $RES/jit.done ;; esac  # only marlin needs the pre-warm below
-  [ -f $RES/jit.done ] || ( "$PY" -c 'import torch; from sglang.kernels.ops.quantization.gptq_marlin import _jit_gptq_marlin_module as m; m(torch.bfloat16)' > $RES/jit_gemm.log 2>&1 &
-    "$PY" -c 'from sglang.kernels.ops.quantization.gptq_marlin_repack import _jit_gptq_marlin_repack_module as m; m()' > $RES/jit_repack.log 2>&1 &
-    wait; date +%s > $RES/jit.done ) &
+  case " $* " in *" marlin"*)  # only marlin's GPTQ phases load the gptq_marlin JIT modules: pre-warm them
+    ( "$PY" -c 'import torch; from sglang.kernels.ops.quantization.gptq_marlin import _jit_gptq_marlin_module as m; m(torch.bfloat16)' > $RES/jit_gemm.log 2>&1 &
+      "$PY" -c 'from sglang.kernels.ops.quantization.gptq_marlin_repack import _jit_gptq_marlin_repack_module as m; m()' > $RES/jit_repack.log 2>&1 &
+      wait; date +%s > $RES/jit.done ) & ;;
+  esac
   local steps=("$@") step name; declare -A prep
   for step in "${steps[@]}"; do  # the engine checks' speed sets are CPU work: make them now, alongside
     set -- $step; name=$1; shift

@@ -59,7 +59,7 @@ t1=$(date +%s)
 soarlab sweep --name gpu $BASE $SWEEP 2>&1 | stamped | tee "$OUT/sweep.log" || echo "the sweep exited with $?"
 echo "SWEEP wall_s=$(( $(date +%s) - t1 ))" | tee -a "$OUT/times.txt"
 
-collect
+collect && trap - EXIT
 # results.json: the wall times and what MLflow holds per run (device.sh's poll brings it back as pipeline.json)
 "$PY" - "$OUT" <<'EOF'
 import json, sqlite3, sys

@@ -82,13 +82,17 @@ def run_name(cfg, params: dict[str, str]) -> str:
     from soarlab.errors import SoarError
     from soarlab.tracking import run_params
 
+    def is_preset(item: str) -> bool:  # `engine=sglang`, not `engine.port=0`
+        return "." not in item.split("=", 1)[0]
+
     incidental = cfg.decide.incidental_params
-    presets = [d for d in config_delta(params, run_params(compose()), incidental) if "." not in d.split("=", 1)[0]]
+    default = run_params(compose())
+    presets = [d for d in config_delta(params, default, incidental) if is_preset(d)]
     try:
         reference = run_params(compose(presets))
     except SoarError:  # a group `name` set by hand, not a preset in conf/: its keys follow it, unnamed
-        reference = run_params(compose())
-    delta = presets + [d for d in config_delta(params, reference, incidental) if "." in d.split("=", 1)[0]]
+        reference = default
+    delta = presets + [d for d in config_delta(params, reference, incidental) if not is_preset(d)]
     rest = [d for d in delta if not d.startswith("quant=")]
     name = str(cfg.quant.name) + (" · " + ", ".join(rest) if rest else "")
     return name if len(name) <= 250 else name[:249] + "…"

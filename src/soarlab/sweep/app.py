@@ -15,6 +15,7 @@ from pathlib import Path
 
 from soarlab.errors import SoarError
 from soarlab.paths import project_root
+from soarlab.sweep.record import override_key
 from soarlab.tracking import SWEEP_TRIAL_ENV
 
 SWEEPS_DIR = "sweeps"
@@ -62,8 +63,8 @@ def add_overrides(argv: list[str], extra: list[str]) -> list[str]:
 
 def launcher_defaults(argv: list[str]) -> list[str]:
     chosen = next((a.split("=", 1)[1] for a in argv if a.startswith("hydra/launcher=")), DEFAULT_LAUNCHER)
-    given = {a.lstrip("+~").split("=", 1)[0] for a in argv}
-    return [d for d in LAUNCHER_DEFAULTS.get(chosen, []) if d.lstrip("+").split("=", 1)[0] not in given]
+    given = {override_key(a) for a in argv}
+    return [d for d in LAUNCHER_DEFAULTS.get(chosen, []) if override_key(d) not in given]
 
 
 def default_name(argv: list[str]) -> str:

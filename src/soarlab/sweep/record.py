@@ -24,6 +24,11 @@ ROLE_TAG, SWEEP_TAG, TRIAL_TAG, FAILURE_TAG = "soarlab.role", "soarlab.sweep", "
 PARENT_TAG = "mlflow.parentRunId"
 
 
+def override_key(override: str) -> str:
+    """The config key an override sets: `+engine.server_args.x=1` -> `engine.server_args.x` (`++`, `~` too)."""
+    return override.lstrip("+~").split("=", 1)[0]
+
+
 def trial_key(overrides: Sequence[str]) -> str:
     """One name per set of overrides, whatever order they were given in (JSON: values may hold spaces)."""
     return json.dumps(sorted(overrides))
@@ -100,7 +105,7 @@ class SweepRecord:
                                          tags={SWEEP_TAG: self.name, ROLE_TAG: "sweep"})
             run_id = run.info.run_id
             for key, value in space.items():  # MLflow refuses '+' and '~' in a name (`+engine.server_args.x=...`)
-                self.client.log_param(run_id, f"space.{key.lstrip('+~')}", str(value)[:6000])
+                self.client.log_param(run_id, f"space.{override_key(key)}", str(value)[:6000])
             self.client.set_tag(run_id, "soarlab.command", " ".join(command))
             self.client.log_dict(run_id, {"space": space, "command": list(command)}, "sweep/search_space.json")
         else:

@@ -27,7 +27,7 @@ from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
 from soarlab.paths import project_root
 from soarlab.sweep.lease import gpu_lease, try_lock
-from soarlab.sweep.record import SweepRecord, TrialResult, experiment_name, trial_key
+from soarlab.sweep.record import SweepRecord, TrialResult, experiment_name, override_key, trial_key
 from soarlab.tracking import SWEEP_TRIAL_ENV
 
 # Override keys that configure the sweep itself, not the pipeline: never handed to `dvc exp run -S`.
@@ -40,13 +40,10 @@ _OOM_SIGNS = ("out of memory", "OutOfMemoryError", "MemoryError", "exited with -
 def pipeline_overrides(task_overrides: Sequence[str], always: Sequence[str], cfg: DictConfig) -> list[str]:
     """The trial's pipeline overrides, plus `always` (e.g. engine.port=0) where the trial sets no such key
     and its config has one (engine=external has no port: it starts no server)."""
-    def key(item: str) -> str:
-        return item.lstrip("+~").split("=", 1)[0]
-
     absent = object()
-    own = [o for o in task_overrides if key(o).split(".")[0] not in _SWEEP_KEYS]
-    return own + [o for o in always if key(o) not in {key(x) for x in own}
-                  and OmegaConf.select(cfg, key(o), default=absent) is not absent]
+    own = [o for o in task_overrides if override_key(o).split(".")[0] not in _SWEEP_KEYS]
+    return own + [o for o in always if override_key(o) not in {override_key(x) for x in own}
+                  and OmegaConf.select(cfg, override_key(o), default=absent) is not absent]
 
 
 def _locks(root: Path) -> Path:
