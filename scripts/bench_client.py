@@ -114,12 +114,9 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench_client."))
     tok_dir = args.tokenizer
     if not tok_dir:
-        import yaml
+        from soarlab.tiny import CHECKPOINT_DIR
 
-        from soarlab.tiny import build_tiny_model
-
-        spec = {**yaml.safe_load((ROOT / "conf/model/tiny.yaml").read_text())["tiny"], "train_steps": 0}
-        tok_dir = str(build_tiny_model(tmp / "tiny", spec))
+        tok_dir = str(CHECKPOINT_DIR)
     tokenizer = load_tokenizer(tok_dir)
     bench = OmegaConf.merge(OmegaConf.load(ROOT / "conf/bench/soar.yaml"),
                             {"pause_after_flush_s": 0.0, "progress": False, "request_timeout_s": 600})

@@ -20,7 +20,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,12 +34,11 @@ def main() -> int:
     os.chdir(ROOT)
     from soarlab.config import compose
     from soarlab.quant.quantize import quantize_checkpoint
-    from soarlab.tiny import build_tiny_model
+    from soarlab.tiny import install_tiny_model
 
-    spec = {**yaml.safe_load((ROOT / "conf/model/tiny.yaml").read_text())["tiny"], "train_steps": 0}
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        base = build_tiny_model(Path(tmp) / "base", spec)
+        base = install_tiny_model(Path(tmp) / "base")
         quantize_checkpoint(base, Path(tmp) / "warmup", compose(["quant=gptq_w4"]).quant, model_name="tiny")
         for preset in args.presets.split(","):
             runs = []

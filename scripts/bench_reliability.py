@@ -105,13 +105,11 @@ def main() -> None:
     args = parser.parse_args()
     parts = args.parts.split(",")
     if "kill" in parts:
-        from conftest import tiny_spec
-
-        from soarlab.tiny import build_tiny_model
+        from soarlab.tiny import install_tiny_model
 
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
-            model = build_tiny_model(tmp / "model", tiny_spec(train_steps=0))
+            model = install_tiny_model(tmp / "model")
             from bench_helpers import bench_project
 
             root = bench_project(tmp / "proj", model)

@@ -25,7 +25,7 @@ from conftest import make_fresh_project  # noqa: E402  (the tests' project-copy 
 
 QUANTS = ["rtn_w4", "gptq_w4_mixed"]
 SERVING = ["engine.log_level=info", "engine.log_level=warning"]
-SMALL = ["model.tiny.train_steps=0", "bench.dataset.num_requests=4", "eval.limit=4", "engine.port=0"]
+SMALL = ["bench.dataset.num_requests=4", "eval.limit=4", "engine.port=0"]
 
 
 def run(cmd: list[str], cwd: Path, env: dict) -> str:

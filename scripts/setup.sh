@@ -1,16 +1,38 @@
 #!/usr/bin/env bash
-# Set up SOAR Lab in ./.venv on a CPU machine (Python 3.11). Idempotent: a second run is quick.
+# Set up SOAR Lab in ./.venv (Python 3.11). Idempotent: a second run is quick.
+#   bash scripts/setup.sh          the pipeline on CPU (the embedded default) and the tests
+#   bash scripts/setup.sh --gpu    also .venv-sglang: SGLang in its own environment (it pins its own
+#                                  torch and transformers), which engine=sglang starts (engine.python)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The serving image's tools (engine.launcher=container, its tests): Podman with runc, and mmdebstrap for
-# the Debian base. Installed as root when apt-get exists and one is missing; otherwise the image tests skip.
-missing=""
-for tool in podman runc mmdebstrap; do command -v "$tool" >/dev/null || missing="$missing $tool"; done
-if [ -n "$missing" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "setup: installing$missing (apt-get)"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends$missing >/dev/null \
-        || echo "setup: WARNING: could not install$missing; the container tests will be skipped" >&2
+gpu=false
+for arg in "$@"; do
+    case "$arg" in
+        --gpu) gpu=true ;;
+        *) echo "setup: error: unknown option $arg. Fix: use no option, or --gpu" >&2; exit 2 ;;
+    esac
+done
+
+# System packages, installed as root with apt-get where one is missing (a fresh Debian has none of them):
+#   python3-venv git         the project's own environment; DVC works in a git repository
+#   g++                      torch's inductor compiles GPTQModel's CPU kernels (the default quant preset)
+#   podman runc catatonit    the serving image (engine.launcher=container; `run --init` needs catatonit)
+#   mmdebstrap               the serving image's Debian base
+need=()
+command -v python3.11 >/dev/null || command -v python3 >/dev/null || need+=(python3)
+python3 -c "import ensurepip, venv" 2>/dev/null || need+=(python3-venv)
+for tool in git g++ podman runc mmdebstrap; do command -v "$tool" >/dev/null || need+=("$tool"); done
+[ -x /usr/libexec/podman/catatonit ] || command -v catatonit >/dev/null || need+=(catatonit)
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "setup: installing ${need[*]} (apt-get)"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null \
+            || echo "setup: WARNING: could not install ${need[*]}; what needs them will say so" >&2
+    else
+        echo "setup: WARNING: missing ${need[*]}: install them as root (apt-get install ${need[*]})" >&2
+    fi
 fi
+
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null || PYTHON=python3
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
@@ -19,3 +41,13 @@ command -v "$PYTHON" >/dev/null || PYTHON=python3
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[dev]"
 echo "setup done: $(.venv/bin/soarlab --help | head -1)"
+
+if $gpu; then
+    # SGLang's own environment: requirements/sglang.txt pins a release that loads MiniCPM-SALA
+    # (tests/test_gpu_env.py resolves it against the package index for Linux x86-64).
+    SGLANG_PYTHON=${SGLANG_PYTHON:-$(command -v python3.12 || command -v python3.11 || command -v python3)}
+    [ -x .venv-sglang/bin/python ] || "$SGLANG_PYTHON" -m venv .venv-sglang
+    .venv-sglang/bin/python -m pip install -q --upgrade pip
+    .venv-sglang/bin/python -m pip install -q -r requirements/sglang.txt
+    echo "setup done: $(.venv-sglang/bin/python -c 'import sglang; print("sglang", sglang.__version__)') in .venv-sglang (engine.python)"
+fi

@@ -1,4 +1,4 @@
-"""Shared fixtures. The tiny model is built once per test session (untrained: a few seconds)."""
+"""Shared fixtures. The tiny model is the shipped checkpoint, installed once per test session."""
 
 from __future__ import annotations
 
@@ -9,22 +9,16 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def tiny_spec(**changes) -> dict:
-    spec = yaml.safe_load((ROOT / "conf" / "model" / "tiny.yaml").read_text())["tiny"]
-    return {**spec, **changes}
-
-
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    """An untrained tiny MiniCPM-SALA checkpoint (real tokenizer, config, remote code, bf16 weights)."""
-    from soarlab.tiny import build_tiny_model
+    """The embedded tiny MiniCPM-SALA checkpoint (real tokenizer, config, remote code, bf16 weights), as fetch-model installs it."""
+    from soarlab.tiny import install_tiny_model
 
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", tiny_spec(train_steps=0))
+    return install_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 FAST_S, SLOW_S = 0.01, 0.03
 # The served answers are the loopback's, so the tiny model is neither trained nor quantized (CPU time).
-COMMON = ["-S", "quant=none", "-S", "model.tiny.train_steps=0", "-S", "engine=external", "-S", "bench.repeats=3",
+COMMON = ["-S", "quant=none", "-S", "-S", "engine=external", "-S", "bench.repeats=3",
           "-S", "bench.pause_after_flush_s=0", "-S", "eval.retries=0"]
 
 
@@ -65,8 +65,8 @@ def test_mlflow_reads_what_the_ui_shows(lab):
     assert lab["experiment"].tags["mlflow.experimentKind"] == "custom_model_development"
     assert lab["count"] == 3 and "no new run logged" in lab["noop"]  # the no-op `dvc repro` added no run
     fast, slow = runs["fast1"], runs["slow"]
-    assert fast.info.run_name == "none · engine=external, bench.pause_after_flush_s=0, bench.repeats=3, eval.retries=0, model.tiny.train_steps=0"
-    assert slow.info.run_name.endswith("bench.repeats=3, bench.warmup_max_tokens=16, eval.retries=0, model.tiny.train_steps=0")
+    assert fast.info.run_name == "none · engine=external, bench.pause_after_flush_s=0, bench.repeats=3, eval.retries=0"
+    assert slow.info.run_name.endswith("bench.repeats=3, bench.warmup_max_tokens=16, eval.retries=0")
     assert fast.data.tags["git.dirty"] == "False"
     # The run spans the pipeline: it starts when its first stage started (fetch-model for the first run).
     first_stage = json.loads((dest / "reports" / "logs" / "stages.jsonl").read_text().splitlines()[0])
@@ -108,8 +108,11 @@ def test_leaderboard_order_and_config_difference(lab, tmp_path):
     assert rows[0]["differs_from_best"] == rows[1]["differs_from_best"] == ""  # engine.url is incidental
     assert rows[-1]["differs_from_best"] == "bench.warmup_max_tokens=16"
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
-    board = lab["client"].search_runs([lab["experiment"].experiment_id], filter_string="tags.`soarlab.kind` = 'leaderboard'")
-    assert [a.path for a in lab["client"].list_artifacts(board[0].info.run_id, "leaderboard")] == ["leaderboard/p.png"]
+    client, experiment = lab["client"], lab["experiment"]
+    assert not client.search_runs([experiment.experiment_id], filter_string="tags.`soarlab.kind` = 'leaderboard'")
+    own = client.get_experiment_by_name(f"{experiment.name}-leaderboard")  # not a row among the pipeline's runs
+    board = client.search_runs([own.experiment_id], filter_string="tags.`soarlab.kind` = 'leaderboard'")
+    assert [a.path for a in client.list_artifacts(board[0].info.run_id, "leaderboard")] == ["leaderboard/p.png"]
     table = _run(["soarlab", "leaderboard", "--no-plot", "--format", "markdown"], lab).stdout
     assert table.splitlines()[1].startswith("|--") and "bench.warmup_max_tokens=16" in table
     assert _run(["soarlab", "leaderboard", "--no-plot", "--format", "csv"], lab).stdout.startswith("rank,run,run_id,experiment,final")

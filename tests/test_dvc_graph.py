@@ -76,11 +76,11 @@ def direct_uses(name: str) -> tuple[set[str], set[str]]:
 
 
 def data_files(names: set[str]) -> set[Path]:
-    """Files under src/soarlab a module joins into a path by their name, or by the name of a data folder
-    (no __init__.py) holding them, e.g. tiny/remote/ copied into every tiny model."""
+    """Files of a package under src/soarlab a module joins into a path by their name, and files of a data
+    folder (no __init__.py) named so, e.g. tiny/checkpoint/ installed as every tiny model."""
     def named(path: Path) -> bool:
         folders = [f for f in path.parents if PKG in f.parents and not (f / "__init__.py").is_file()]
-        return path.name in names or any(f.name in names for f in folders)
+        return (path.name in names and not folders) or any(f.name in names for f in folders)
 
     return {p for p in PKG.rglob("*") if p.is_file() and "__pycache__" not in p.parts and named(p)}
 
@@ -134,7 +134,8 @@ def test_every_module_is_some_stage_code_or_a_tool():
     conf = "".join(f.read_text() for f in (ROOT / "conf").rglob("*.yaml"))
     commands += re.findall(r"_target_:\s*(soarlab[\w.]*)\.\w+", conf)
     used = set().union(*(stage_code(s) for s in STAGES), *(closure(m) for m in commands))
-    helpers = {PKG / "bench" / "loopback.py"}  # the local streaming server of the tests and scripts/
+    helpers = {PKG / "bench" / "loopback.py",  # the local streaming server of the tests and scripts/
+               PKG / "tiny" / "build.py"}  # regenerates the shipped tiny checkpoint: scripts/build_tiny_model.py
     orphans = sorted(
         str(p.relative_to(ROOT)) for p in PKG.rglob("*.py")
         if p not in used | helpers and ".".join(p.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__") not in HARNESS

@@ -113,6 +113,7 @@ def test_sglang_flags_true_false_null_underscores_and_quantization():
     assert args == "--dense-as-sparse --mem-fraction-static 0.85 --cuda-graph-max-bs 16 --quantization gptq_marlin"
     # the same code renders the launch command and the SGLANG_SERVER_ARGS string
     cmd = sglang_engine.build_command(cfg, Path("/m"), "127.0.0.1", 30000)
+    assert cmd[0] == str(ROOT / ".venv-sglang" / "bin" / "python")  # SGLang's own environment (engine.python)
     assert cmd[1:7] == ["-m", "sglang.launch_server", "--model-path", "/m", "--host", "127.0.0.1"]
     assert cmd[9:] == shlex.split(args)
 
@@ -146,9 +147,13 @@ def test_sglang_container_mounts_the_jit_cache(tmp_path):
 
 
 def test_sglang_without_sglang_installed_says_how_to_fix(tmp_path, monkeypatch):
+    missing = str(tmp_path / "no-env" / "bin" / "python")
+    with pytest.raises(SoarError, match=r"engine.python .*no-env/bin/python does not exist.*bash scripts/setup.sh --gpu"):
+        with open_engine(engine_cfg("sglang", port=free_port(), python=missing), fake_model(tmp_path), tmp_path / "log"):
+            pass
     monkeypatch.setattr(sglang_engine.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(SoarError, match="sglang is not installed"):
-        with open_engine(engine_cfg("sglang", port=free_port()), fake_model(tmp_path), tmp_path / "log"):
+    with pytest.raises(SoarError, match=r"sglang is not installed in this Python \(engine.python=null\)"):
+        with open_engine(engine_cfg("sglang", port=free_port(), python=None), fake_model(tmp_path), tmp_path / "log"):
             pass
 
 

@@ -1,4 +1,4 @@
-"""fetch-model: the embedded tiny model is built for real; the model hubs are unreachable here, so
+"""fetch-model: the embedded tiny model is installed for real; the model hubs are unreachable here, so
 `snapshot_download` is replaced by a fake and the test checks what it was asked for (repo, pinned
 revision, local_dir) and what the stage does with the result."""
 
@@ -110,31 +110,14 @@ def test_local_copy(project, tiny_model_dir):
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in Path(tiny_model_dir).iterdir())
 
 
-def test_embedded_builds_real_tiny_model_with_qa_rows(project, monkeypatch, tmp_path):
-    qa = tmp_path / "correctness.jsonl"
-    qa.write_text('{"task": "qa", "question": "Capital of France?", "gold": ["Paris"]}\n\n')
-    monkeypatch.setattr(fetch_model, "EMBEDDED_QA", qa)
-    seen = {}
-    import soarlab.tiny
+def test_embedded_installs_the_shipped_checkpoint(project):
+    from soarlab.tiny import CHECKPOINT_DIR
 
-    real_build = soarlab.tiny.build_tiny_model
-
-    def spy(out, spec, qa_rows=()):
-        seen["qa_rows"], seen["spec"] = list(qa_rows), spec
-        return real_build(out, spec, qa_rows)
-
-    monkeypatch.setattr(soarlab.tiny, "build_tiny_model", spy)
-    spec = {**yaml.safe_load((ROOT / "conf" / "model" / "tiny.yaml").read_text()), }
-    spec["tiny"]["train_steps"] = 0
-    out = fetch_model.run(make_cfg(spec))
-    assert seen["qa_rows"] == [{"task": "qa", "question": "Capital of France?", "gold": ["Paris"]}]
-    assert seen["spec"]["train_steps"] == 0
-    config = json.loads((out / "config.json").read_text())
-    assert config["model_type"] == "minicpm_sala" and (out / "tokenizer.json").is_file()
-
-
-def test_embedded_qa_rows_absent_is_empty(tmp_path):
-    assert fetch_model.embedded_qa_rows(tmp_path / "missing.jsonl") == []
+    out = fetch_model.run(make_cfg(yaml.safe_load((ROOT / "conf" / "model" / "tiny.yaml").read_text())))
+    assert (out / "model.safetensors").read_bytes() == (CHECKPOINT_DIR / "model.safetensors").read_bytes()
+    assert json.loads((out / "config.json").read_text())["model_type"] == "minicpm_sala"
+    metrics = json.loads((project / "reports" / "fetch-model" / "metrics.json").read_text())
+    assert metrics["model_files"] == len(list(CHECKPOINT_DIR.iterdir())) - 1  # all but SHA256SUMS
 
 
 def test_validate_model_dir(tmp_path):

@@ -160,8 +160,8 @@ def test_two_queued_experiments_with_the_default_port_both_succeed(tmp_path):
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return proc.stdout + proc.stderr
 
-    # The cheap tiny model and no quantization keep this short; the engine (and its port) is the default.
-    cheap = ["model.tiny.train_steps=0", "quant=none", "eval.limit=4"]
+    # No quantization keeps this short; the engine (and its port) is the default.
+    cheap = ["quant=none", "eval.limit=4"]
     run("soarlab", "params", *cheap)
     run("dvc", "repro", "evaluate")  # fetch, quantize and one evaluate: the cache both experiments start from
     run("git", "add", "-A")

@@ -69,10 +69,13 @@ def test_preset_quantizes_checks_reloads_and_generates(preset, quantized, tiny_t
         assert 0 < m["rel_output_error_mean"] < 0.3
 
 
-def test_quantizing_twice_gives_the_same_bytes(quantized, tiny_model_dir, tmp_path):
-    """Same inputs, versions and machine: the same checkpoint file for file, also from another process
-    (`soarlab prepare-model`), so DVC's hash of models/quantized holds and bench/accuracy stay cached."""
+def test_quantized_bytes_do_not_depend_on_the_cpu(quantized, tiny_model_dir, tmp_path):
+    """The same inputs give the same checkpoint file for file whatever the CPU's instruction set and thread
+    count (quant.cpu_numerics fixes both), so DVC's hash of models/quantized is the committed one on any
+    machine. Varied here as far as one machine allows: ATen's kernels (default = no SIMD, avx512) and the
+    threads (1, 2). Without the pin, these give other bytes (docs/PERFORMANCE.md)."""
     import hashlib
+    import os
     import re
     import subprocess
     import sys
@@ -80,18 +83,22 @@ def test_quantizing_twice_gives_the_same_bytes(quantized, tiny_model_dir, tmp_pa
     def digests(folder):
         return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
 
-    first, report = quantized("gptq_w4_mixed")
-    again = tmp_path / "again"
-    proc = subprocess.run([sys.executable, "-m", "soarlab.cli", "prepare-model", "--input", str(tiny_model_dir),
-                           "--output", str(again), "model=tiny", "quant=gptq_w4_mixed"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=1200)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert digests(first) == digests(again)
+    outputs = []
+    for capability, threads in (("default", "1"), ("avx512", "2")):
+        out = tmp_path / f"{capability}-{threads}"
+        env = {**os.environ, "ATEN_CPU_CAPABILITY": capability, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+        proc = subprocess.run([sys.executable, "-m", "soarlab.cli", "prepare-model", "--input", str(tiny_model_dir),
+                               "--output", str(out), "model=tiny", "quant=gptq_w4_mixed"],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        outputs.append(digests(out))
+    assert outputs[0] == outputs[1]
     # a clean log: GPTQModel's per-layer tables (rows like "INFO  | ... |") are not printed
     output = proc.stdout + proc.stderr
     table = re.search(r"^INFO\s+[|+]", output, re.M)
     assert not table, output[max(0, table.start() - 1500): table.start() + 500]
     # GPTQModel's per-module log (wall-clock times) is kept out of the checkpoint, in the report without times
+    first, report = quantized("gptq_w4_mixed")
     assert "quant_log.csv" not in digests(first)
     assert report["gptq_log"] and {"layer", "module", "loss"} <= set(report["gptq_log"][0]) and "time" not in report["gptq_log"][0]
 

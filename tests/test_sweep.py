@@ -26,7 +26,7 @@ from conftest import make_fresh_project
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["model.tiny.train_steps=0", "bench.dataset.num_requests=4", "eval.limit=4", "score.c_floor=1.0", "quant=rtn_w4"]
+SMALL = ["bench.dataset.num_requests=4", "eval.limit=4", "score.c_floor=1.0", "quant=rtn_w4"]
 
 
 @pytest.fixture(scope="module")

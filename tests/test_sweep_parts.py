@@ -104,8 +104,10 @@ def test_sweep_refuses_a_lock_whose_folder_outputs_are_not_cached(tmp_path, monk
     from soarlab.sweep.app import check_outputs_cached
 
     outs = [{"path": "data", "md5": "ab12.dir"}, {"path": "reports/score.json", "md5": "cd34"}]
-    (tmp_path / "dvc.lock").write_text(yaml.safe_dump({"stages": {"s": {"outs": outs}}}))
-    with pytest.raises(SoarError, match=r"\(data\).*dvc pull"):
+    removed = [{"path": "reports/bench", "md5": "ef56.dir"}]  # a stage dvc.yaml no longer has: never run
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"s": {"cmd": "true"}}}))
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump({"stages": {"s": {"outs": outs}, "gone": {"outs": removed}}}))
+    with pytest.raises(SoarError, match=r"\(data\) are not.*dvc pull"):
         check_outputs_cached(tmp_path)
     listing = tmp_path / ".dvc" / "cache" / "files" / "md5" / "ab" / "12.dir"
     listing.parent.mkdir(parents=True)

@@ -134,10 +134,10 @@ def write_small_llama(d: Path, cfg: dict = SMALL, seed: int = SEED) -> dict:
     as `model.source=local`."""
     from safetensors.torch import save_file
 
-    from soarlab.tiny.build import _train_tokenizer
+    from soarlab.tiny.build import train_tokenizer
 
     d.mkdir(parents=True, exist_ok=True)
-    tok = _train_tokenizer(cfg["vocab_size"])
+    tok = train_tokenizer(cfg["vocab_size"])
     assert tok.convert_tokens_to_ids("<|im_end|>") == cfg["eos_token_id"]
     tok.save_pretrained(d)
     (d / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")

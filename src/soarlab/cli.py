@@ -152,10 +152,19 @@ def _raise_terminated(signum, _frame):
     raise Terminated(signum)
 
 
+def tools_on_path() -> None:
+    """Put this interpreter's bin folder first on PATH, so that `.venv/bin/soarlab` without an
+    activated venv finds the `dvc` installed beside it, and DVC the `soarlab` its stages call."""
+    bin_dir = os.path.dirname(sys.executable)
+    if os.environ.get("PATH", "").split(os.pathsep)[:1] != [bin_dir]:
+        os.environ["PATH"] = os.pathsep.join([bin_dir, os.environ.get("PATH", "")])
+
+
 def main(argv: list[str] | None = None) -> int:
     from soarlab import quiet
 
     quiet.install()  # known-harmless library warnings (each one's why is there)
+    tools_on_path()
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["sweep"]:  # Hydra parses the rest (its options start with '-', which argparse would take)
         args = argparse.Namespace(run=_handler("soarlab.sweep.app:sweep_cli"), hydra_args=argv[1:], debug=False)

@@ -57,40 +57,52 @@ def check_torch() -> list[tuple[str, bool, str]]:
     return rows + [("cuda", True, f"CUDA {torch.version.cuda}; " + "; ".join(gpus))]
 
 
-def check_package(name: str, dist: str | None = None, note: str = "", import_it: bool = False) -> tuple[str, bool, str]:
-    """Installed? With import_it, also imported in a child process (a clean, bounded check of why it fails)."""
+def check_package(name: str, dist: str | None = None, note: str = "") -> tuple[str, bool, str]:
     import importlib.util
 
-    dist = dist or name
     if importlib.util.find_spec(name) is None:
         return name, False, f"not installed{note}"
-    version = _version(dist) or "installed"
-    if not import_it:
-        return name, True, version
-    code, out = _run([sys.executable, "-c", f"import {name}"], timeout=180)
-    if code != 0:
-        return name, False, f"{version} installed but import failed: {_first_line(out) or 'no output'}{note}"[:300]
-    return name, True, f"{version} (imports)"
+    return name, True, _version(dist or name) or "installed"
 
 
-def check_container_engines() -> list[tuple[str, bool, str]]:
-    """Docker and Podman, as package.container_cli=auto tries them (soarlab.container)."""
-    from soarlab.container import CLIS, make_cli
+def check_container_engines(image: str) -> list[tuple[str, bool, str]]:
+    """Docker and Podman, as package.container_cli=auto tries them (soarlab.container): each proven by
+    starting a trivial container from `image` (the CPU image's local Debian base) as the serving image
+    is started (`run --init`), since a binary that answers `version` can still fail to run one."""
+    from soarlab.container import CLIS, probe
 
     rows = []
     for name in CLIS:
-        if shutil.which(name) is None:
-            rows.append((f"{name} engine", False, "not installed"))
+        cli, why = probe(name)
+        if cli is None:
+            rows.append((f"{name} engine", False, why))
             continue
-        cli = make_cli(name)
         try:
-            proc = cli.run(["version", "--format", "{{.Server.Version}}" if name == "docker" else "{{.Version}}"], timeout=60)
+            if not cli.image_exists(image):
+                rows.append((f"{name} engine", False, f"no image {image} to start a test container from: "
+                                                      "`soarlab base-image` makes it"))
+                continue
+            proc = cli.run(["run", "--rm", "--init", "--network", "none", image, "true"], timeout=120)
         except subprocess.TimeoutExpired:
-            rows.append((f"{name} engine", False, f"`{name} version` timed out"))
+            rows.append((f"{name} engine", False, f"`{name} run` timed out"))
             continue
-        ok = proc.returncode == 0 and proc.stdout.strip() != ""
-        rows.append((f"{name} engine", ok, proc.stdout.strip() if ok else f"no engine answers: {_first_line(proc.stderr)}"[:300]))
+        ok = proc.returncode == 0
+        rows.append((f"{name} engine", ok, f"started and stopped a container from {image}" if ok
+                     else f"cannot start a container: {_first_line(proc.stderr or proc.stdout)}"[:300]))
     return rows
+
+
+def check_sglang(python: str | None) -> tuple[str, bool, str]:
+    """The interpreter engine=sglang starts (engine.python: SGLang's own environment)."""
+    from soarlab.engines.sglang import sglang_python
+
+    exe = sglang_python(python)
+    if not exe.is_file():
+        return "sglang", False, f"engine.python {exe} does not exist: `bash scripts/setup.sh --gpu` makes it (GPU machines)"
+    code, out = _run([str(exe), "-c", "import importlib.metadata as m; print(m.version('sglang'))"])
+    if code != 0:
+        return "sglang", False, f"not installed in engine.python {exe}: `bash scripts/setup.sh --gpu`"
+    return "sglang", True, f"{out.splitlines()[-1]} in engine.python {exe}"
 
 
 def check_nvidia_smi() -> tuple[str, bool, str]:
@@ -103,12 +115,15 @@ def check_nvidia_smi() -> tuple[str, bool, str]:
 
 
 def collect() -> list[tuple[str, bool, str]]:
+    from soarlab.config import compose
+
+    sglang_engine = compose(["engine=sglang"])
     rows = [check_python()]
     rows += check_torch()
     rows.append(check_package("transformers"))
     rows.append(check_package("gptqmodel", note=" (needed by the quantize stage)"))
-    rows.append(check_package("sglang", import_it=True, note=" (GPU machines: pip install 'soarlab[gpu]'; here use engine=transformers)"))
-    rows += check_container_engines()
+    rows.append(check_sglang(sglang_engine.engine.python))
+    rows += check_container_engines(str(sglang_engine.package.cpu_image.base))
     rows.append(check_nvidia_smi())
     from soarlab import leftovers
 

@@ -31,18 +31,6 @@ class Group(BaseModel):
 
 
 # ---- model ----
-class TinySpec(Group):
-    seed: int
-    vocab_size: PositiveInt
-    hidden_size: PositiveInt
-    intermediate_size: PositiveInt
-    num_attention_heads: PositiveInt
-    num_key_value_heads: PositiveInt
-    head_dim: PositiveInt
-    mixer_types: list[Literal["minicpm4", "lightning-attn"]]
-    train_steps: Count
-
-
 class ModelGroup(Group):
     name: str
     source: Literal["embedded", "huggingface", "modelscope", "local"]
@@ -52,7 +40,6 @@ class ModelGroup(Group):
     local_path: str | None
     revision: str | None
     baseline_accuracy: Percent
-    tiny: TinySpec | None
 
 
 # ---- quant ----
@@ -83,6 +70,11 @@ class QuantReport(Group):
     error_samples: PositiveInt
 
 
+class CpuNumerics(Group):
+    threads: PositiveInt
+    env: dict[str, str]
+
+
 class QuantGroup(Group):
     name: str
     method: Literal["gptq", "rtn", "none"]
@@ -96,6 +88,7 @@ class QuantGroup(Group):
     damp_auto_increment: Annotated[float, Field(ge=0, lt=1)]
     checkpoint_format: Literal["gptq"]
     offload_to_disk: bool
+    cpu_numerics: CpuNumerics
     calibration: Calibration
     exclude: list[str]
     rules: list[QuantRule]

@@ -4,7 +4,7 @@ Each row: final (the local score against the fastest run on the same model and s
 the ori interval, each level's duration with its spread over repeats, the predicted official final
 with its interval once a submission is recorded (ranked by it then), and the config keys that
 differ from the best run. The plot (performance against normalized accuracy, points labelled by
-run) is written as a PNG and logged to the experiment's `leaderboard` run.
+run) is written as a PNG and logged to MLflow beside the pipeline's runs, never among them (log_plot).
 """
 
 from __future__ import annotations
@@ -128,14 +128,20 @@ def pareto_plot(table: list[dict], target: Path, c_table) -> Path | None:
     return target
 
 
-def log_plot(client, experiment_id: str, plot: Path) -> str:
-    """Log the plot to the experiment's one `leaderboard` run (made on first use), replacing the last one."""
-    found = client.search_runs([experiment_id], filter_string=f"tags.`{KIND_TAG}` = 'leaderboard'", max_results=1)
-    if found:
-        run_id = found[0].info.run_id
-    else:
-        run_id = client.create_run(experiment_id, run_name="leaderboard", tags={
-            KIND_TAG: "leaderboard", "mlflow.note.content": "The latest `soarlab leaderboard` Pareto plot (not a pipeline run)."}).info.run_id
+def log_plot(client, experiment: str, sweep: str | None, plot: Path) -> str:
+    """Log the plot where it is not one more row among the pipeline's runs: with `--sweep`, to that
+    sweep's parent run; else to the one `leaderboard` run of the experiment `<experiment>-leaderboard`."""
+    from soarlab.sweep.record import ROLE_TAG, SWEEP_TAG
+
+    experiment_id = client.get_experiment_by_name(experiment).experiment_id
+    parents = client.search_runs([experiment_id], filter_string=f"tags.`{ROLE_TAG}` = 'sweep'", max_results=1000)
+    run_id = next((r.info.run_id for r in parents if sweep in (r.info.run_id, r.data.tags.get(SWEEP_TAG))), None) if sweep else None
+    if run_id is None:
+        own = client.get_experiment_by_name(f"{experiment}-leaderboard")
+        own_id = own.experiment_id if own else client.create_experiment(f"{experiment}-leaderboard")
+        found = client.search_runs([own_id], filter_string=f"tags.`{KIND_TAG}` = 'leaderboard'", max_results=1)
+        run_id = found[0].info.run_id if found else client.create_run(own_id, run_name="leaderboard", tags={
+            KIND_TAG: "leaderboard", "mlflow.note.content": f"The latest `soarlab leaderboard` Pareto plot of {experiment}."}).info.run_id
         client.set_terminated(run_id, "FINISHED")
     client.log_artifact(run_id, str(plot), artifact_path="leaderboard")
     return run_id
@@ -155,6 +161,6 @@ def leaderboard_cli(args) -> int:
     if not args.no_plot and table:
         target = Path(args.plot or project_root() / cfg.decide.leaderboard.plot)
         if pareto_plot(table, target, cfg.score.c_table):
-            run_id = log_plot(client, experiment_id, target)
+            run_id = log_plot(client, cfg.tracking.experiment, args.sweep, target)
             print(f"Pareto plot: {target} (MLflow run {run_id}, artifacts/leaderboard)", file=sys.stderr)
     return 0

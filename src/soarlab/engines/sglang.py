@@ -25,6 +25,7 @@ from soarlab.engines.process import managed_server, port_lease
 from soarlab.engines.server import Server
 from soarlab.errors import SoarError
 from soarlab.hub import validate_model_dir
+from soarlab.paths import owning_project_root
 
 # Set by the launcher from engine.host / engine.port and the model directory, never by server_args.
 RESERVED_FLAGS = ("model-path", "model", "host", "port")
@@ -88,10 +89,18 @@ def server_flags(engine, serve_quantization: str | None) -> list[str]:
     return argv
 
 
+def sglang_python(python: str | None) -> Path:
+    """engine.python (SGLang's own environment; relative to the project that owns this checkout, also
+    from DVC's temporary experiment copies, which hold no environments) or, when null, this interpreter."""
+    if not python:
+        return Path(sys.executable)
+    path = Path(str(python)).expanduser()
+    return path if path.is_absolute() else owning_project_root() / path
+
+
 def build_command(cfg, model_dir: Path, host: str, port: int) -> list[str]:
     """`python -m sglang.launch_server` on model_dir with the configured flags."""
-    python = cfg.engine.python or sys.executable
-    return [str(python), "-m", "sglang.launch_server", "--model-path", str(model_dir),
+    return [str(sglang_python(cfg.engine.python)), "-m", "sglang.launch_server", "--model-path", str(model_dir),
             "--host", host, "--port", str(port), *server_flags(cfg.engine, cfg.quant.serve_quantization)]
 
 
@@ -116,11 +125,17 @@ def served_model_name(cfg, model_dir: Path | str) -> str:
 
 def preflight(cfg) -> None:
     """Fail early, with the fix, where SGLang cannot start on this machine."""
+    if cfg.engine.python and not sglang_python(cfg.engine.python).is_file():
+        raise SoarError(
+            f"engine.python {sglang_python(cfg.engine.python)} does not exist (SGLang's own environment)",
+            "on a GPU machine run `bash scripts/setup.sh --gpu`, or set engine.python to a Python with sglang; "
+            "engine=transformers on CPU; `soarlab doctor` shows what this machine has",
+        )
     if not cfg.engine.python and importlib.util.find_spec("sglang") is None:
         raise SoarError(
-            "sglang is not installed in this Python (it needs an NVIDIA GPU)",
-            "on a GPU machine `pip install 'soarlab[gpu]'`, or engine.launcher=container, "
-            "or engine=transformers on CPU; `soarlab doctor` shows what this machine has",
+            "sglang is not installed in this Python (engine.python=null)",
+            "set engine.python to SGLang's environment (`bash scripts/setup.sh --gpu` makes .venv-sglang), "
+            "or engine.launcher=container, or engine=transformers on CPU",
         )
 
 

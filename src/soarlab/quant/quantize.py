@@ -19,6 +19,7 @@ import csv
 import json
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,14 +30,21 @@ from soarlab.errors import SoarError
 WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.bin.index.json", "*.pt", "*.pth")
 
 
-def _cpu_workers() -> None:
-    """GPTQModel on CPU needs GPTQMODEL_CPU_WORKERS (its worker pool size); default: usable cores."""
-    if "GPTQMODEL_CPU_WORKERS" not in os.environ:
-        try:
-            n = len(os.sched_getaffinity(0))
-        except AttributeError:  # pragma: no cover - non-Linux
-            n = os.cpu_count() or 1
-        os.environ["GPTQMODEL_CPU_WORKERS"] = str(n)
+def pin_cpu_numerics(numerics) -> None:
+    """Quantizing on a CPU, fix what float32 GPTQ's bytes depend on: the kernels' instruction set (ATen,
+    MKL and oneDNN each pick theirs by CPU) and the thread count (quant.cpu_numerics). Then the same
+    inputs give the same checkpoint on any x86-64 CPU with AVX2. The variables are read when torch loads,
+    so this runs before anything imports it (quantize_checkpoint's first step, in the quantize stage's
+    and prepare-model's own processes); a caller that already loaded torch gets the thread count only.
+    GPTQModel on CPU also needs GPTQMODEL_CPU_WORKERS, its worker pool size. A GPU machine quantizes on
+    CUDA: nothing is pinned there."""
+    if Path("/dev/nvidiactl").exists():
+        return
+    threads = str(numerics.threads)
+    os.environ.update({"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "GPTQMODEL_CPU_WORKERS": threads,
+                       **{name: str(value) for name, value in numerics.env.items()}})
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(int(threads))
 
 
 def _calibration_settings(qcfg, model_name: str | None) -> dict[str, Any]:
@@ -96,7 +104,6 @@ def _fix_config(out_dir: Path, base_config: dict, qcfg) -> None:
 
 def _gptq(input_dir: Path, out_dir: Path, qcfg, plan, cal: dict, samples: list[dict]) -> list[dict]:
     """GPTQModel's quantize and save into out_dir; returns its per-module log (the checkpoint keeps none)."""
-    _cpu_workers()
     import torch
     from gptqmodel import GPTQModel, QuantizeConfig
     from gptqmodel.quantization.config import RTNConfig
@@ -167,6 +174,7 @@ def _gptqmodel_logs_elsewhere(beside: Path):
 def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg, model_name: str | None = None,
                         root: Path | None = None) -> dict:
     """Quantize `input_dir` into `output_dir` (atomically). Returns the report (dict)."""
+    pin_cpu_numerics(qcfg.cpu_numerics)
     from transformers import AutoTokenizer
 
     from soarlab.quant import report as rep

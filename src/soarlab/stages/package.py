@@ -65,8 +65,18 @@ def server_args_string(cfg) -> str:
 
 
 def copy_project(root: Path, dest: Path) -> None:
-    """The soarlab source the scripts run: src/soarlab, conf/, pyproject.toml."""
-    shutil.copytree(root / "src" / "soarlab", dest / "src" / "soarlab", ignore=IGNORE)
+    """The soarlab source the scripts run: src/soarlab (less the embedded tiny checkpoint: the platform
+    runs the real model, and a submission holds no weights), conf/, pyproject.toml."""
+    import soarlab
+    from soarlab.tiny import CHECKPOINT_DIR
+
+    source = root / "src" / "soarlab"
+    checkpoint = source / CHECKPOINT_DIR.relative_to(Path(soarlab.__file__).parent)
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        return set(IGNORE(folder, names)) | ({checkpoint.name} if Path(folder) == checkpoint.parent else set())
+
+    shutil.copytree(source, dest / "src" / "soarlab", ignore=ignore)
     shutil.copytree(root / "conf", dest / "conf", ignore=IGNORE)
     shutil.copy2(root / "pyproject.toml", dest / "pyproject.toml")
 

@@ -29,5 +29,18 @@ def run(cfg: DictConfig) -> None:
         cfg, reports=reports, params_file=params_file,
         speed_set_sha=file_sha256(speed_set) if speed_set.is_file() else "", inputs_digest=digest,
     )
-    print(f"MLflow run {run_id} logged to {tracking_uri(cfg)}")
     log_predictions(cfg, [run_id])
+    print(f"MLflow run {run_id} logged to {tracking_uri(cfg)}; compare runs: {runs_table_url(cfg, run_id)}")
+
+
+def runs_table_url(cfg: DictConfig, run_id: str) -> str:
+    """Where the MLflow UI shows this run's experiment as a runs table (MLflow 3 opens on its GenAI
+    pages otherwise), with the command that serves a local store."""
+    import mlflow
+
+    experiment_id = mlflow.MlflowClient(tracking_uri(cfg)).get_run(run_id).info.experiment_id
+    page = f"#/experiments/{experiment_id}?workflowType=machine_learning"
+    uri = tracking_uri(cfg)
+    if uri.startswith(("http://", "https://")):
+        return f"{uri.rstrip('/')}/{page}"
+    return f"`mlflow ui --backend-store-uri {uri}`, then http://127.0.0.1:5000/{page}"

@@ -73,26 +73,32 @@ def default_name(argv: list[str]) -> str:
 
 
 def check_outputs_cached(root) -> None:
-    """Refuse to start when the committed dvc.lock names folder outputs this machine's DVC cache lacks
-    (a fresh clone): DVC 3.67 then fails trials whose stages come from its run cache ("failed to load
-    directory"), because it still looks them up while it stages the trial's files."""
+    """Refuse to start when the committed dvc.lock names folder outputs of dvc.yaml's stages that this
+    machine's DVC cache lacks (a fresh clone): DVC 3.67 then fails trials whose stages come from its run
+    cache ("failed to load directory"), because it still looks them up while it stages the trial's files.
+    Entries of stages dvc.yaml no longer has are never run, so they are not asked for."""
     import subprocess
 
     import yaml
 
-    lock = root / "dvc.lock"
-    if not lock.is_file():
+    lock, pipeline = root / "dvc.lock", root / "dvc.yaml"
+    if not lock.is_file() or not pipeline.is_file():
         return
     cache = subprocess.run(["dvc", "cache", "dir"], cwd=root, capture_output=True, text=True)
     cache_dir = Path(cache.stdout.strip() or root / ".dvc" / "cache") / "files" / "md5"
+    declared = (yaml.safe_load(pipeline.read_text()) or {}).get("stages", {})
     stages = (yaml.safe_load(lock.read_text()) or {}).get("stages", {})
     # Folder outputs: DVC reads their listings (`.dir` objects) from the cache while it runs a trial.
-    missing = [out["path"] for stage in stages.values() for out in stage.get("outs", [])
+    missing = [out["path"] for name, stage in stages.items() if name in declared for out in stage.get("outs", [])
                if str(out.get("md5", "")).endswith(".dir")
                and not (cache_dir / out["md5"][:2] / out["md5"][2:]).exists()]
     if missing:
         raise SoarError(f"the outputs dvc.lock names ({', '.join(sorted(set(missing)))}) are not in this "
                         "machine's DVC cache", "run `dvc pull` (from the team's DVC remote) or `dvc repro` first")
+
+
+# Hydra options that only print (help, config, completion): they run no trial, so nothing is checked first.
+_PRINT_ONLY = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc"}
 
 
 def sweep_cli(args) -> int:
@@ -107,9 +113,9 @@ def sweep_cli(args) -> int:
                         "use letters, digits, '-', '_' and '.', starting with a letter or digit")
     name = name or default_name(argv)
     root = project_root()
-    check_outputs_cached(root)
-    if not {"-m", "--multirun", "--run", "-r", "--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i",
-            "--shell-completion", "-sc"} & set(argv):
+    if not _PRINT_ONLY & set(argv):
+        check_outputs_cached(root)
+    if not {"-m", "--multirun", "--run", "-r", *_PRINT_ONLY} & set(argv):
         argv.insert(0, "--multirun")
     argv = add_overrides(argv, [f"hydra.sweep.dir={root / SWEEPS_DIR / name}",
                                 f"+hydra.job.env_set.{SWEEP_TRIAL_ENV['soarlab.sweep']}={name}",

@@ -1,6 +1,8 @@
-"""Build the tiny MiniCPM-SALA checkpoint: tokenizer, config, weights, remote code.
+"""Regenerate the tiny MiniCPM-SALA checkpoint: tokenizer, config, weights, remote code
+(`scripts/build_tiny_model.py`; the pipeline installs the shipped bytes instead, soarlab.tiny.embedded).
 
-Deterministic for a given seed and machine. The tokenizer is a byte-level BPE trained on
+Deterministic for a given spec (spec.yaml) and machine only: float32 training on a CPU gives other
+weights on another instruction set or thread count, which is why the result is shipped. The tokenizer is a byte-level BPE trained on
 the embedded corpus (real text), with MiniCPM's special tokens and a ChatML chat template
 that honours `enable_thinking`. The weights are trained for a few hundred CPU steps on
 chat-formatted answers of the embedded correctness set, so the model answers it the way the
@@ -13,13 +15,16 @@ import json
 import random
 import shutil
 from pathlib import Path
-from typing import Sequence
+from typing import Literal, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from soarlab.atomic import atomic_dir
 from soarlab.domain import CORPUS_PATH
+from soarlab.tiny.embedded import CHECKPOINT_DIR
 
-HERE = Path(__file__).parent
-REMOTE_CODE = HERE / "remote"
+SPEC_PATH = Path(__file__).parent / "spec.yaml"
+REMOTE_CODE = ("configuration_minicpm_sala.py", "modeling_minicpm_sala.py")  # kept in the checkpoint folder
 # Same layout as the real vocabulary: 0 unk, 1 bos, 2 eos; the chat end token is the second EOS.
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 CHAT_TEMPLATE = (
@@ -55,7 +60,7 @@ REAL_SCHEMA_DEFAULTS = {  # fields of openbmb/MiniCPM-SALA's config.json the tin
 }
 
 
-def _train_tokenizer(vocab_size: int):
+def train_tokenizer(vocab_size: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -96,15 +101,38 @@ def _training_pairs(tokenizer, qa_rows: Sequence[dict]) -> list[tuple[list[int],
     return pairs
 
 
-def _train(model, pairs: list[tuple[list[int], int]], steps: int, seed: int, pad_id: int, batch: int = 8) -> None:
+class TinySpec(BaseModel):
+    """spec.yaml: the checkpoint's shape and how it is trained."""
+    model_config = ConfigDict(extra="forbid", strict=True)
+    seed: int
+    vocab_size: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    num_attention_heads: int = Field(gt=0)
+    num_key_value_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    mixer_types: list[Literal["minicpm4", "lightning-attn"]]
+    train_steps: int = Field(ge=0)
+    lr: float = Field(gt=0)
+    batch: int = Field(gt=0)
+
+
+def load_spec(path: Path = SPEC_PATH, **changes) -> TinySpec:
+    import yaml
+
+    return TinySpec(**{**yaml.safe_load(path.read_text()), **changes})
+
+
+def _train(model, pairs: list[tuple[list[int], int]], spec: TinySpec, pad_id: int) -> None:
     """Teach the answers (loss on answer tokens only): a few hundred CPU steps memorize them."""
     import torch
     from tqdm import tqdm
 
-    rng = random.Random(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    rng = random.Random(spec.seed)
+    batch = spec.batch
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.0)
     model.train()
-    for _ in tqdm(range(steps), desc="training tiny model", unit="step", leave=False):
+    for _ in tqdm(range(spec.train_steps), desc="training tiny model", unit="step"):
         picked = [pairs[rng.randrange(len(pairs))] for _ in range(batch)]
         width = max(len(ids) for ids, _ in picked)
         ids = torch.full((batch, width), pad_id)
@@ -121,50 +149,50 @@ def _train(model, pairs: list[tuple[list[int], int]], steps: int, seed: int, pad
     model.eval()
 
 
-def tiny_config(spec: dict, vocab_size: int, eos_ids: list[int]) -> dict:
-    mixers = list(spec["mixer_types"])
+def tiny_config(spec: TinySpec, vocab_size: int, eos_ids: list[int]) -> dict:
+    mixers = list(spec.mixer_types)
     return {
         **REAL_SCHEMA_DEFAULTS,
         "bos_token_id": 1,
         "eos_token_id": eos_ids,
         "pad_token_id": 2,
         "vocab_size": vocab_size,
-        "hidden_size": spec["hidden_size"],
-        "intermediate_size": spec["intermediate_size"],
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
         "num_hidden_layers": len(mixers),
         "mixer_types": mixers,
-        "num_attention_heads": spec["num_attention_heads"],
-        "num_key_value_heads": spec["num_key_value_heads"],
-        "head_dim": spec["head_dim"],
-        "lightning_nh": spec["num_attention_heads"],
-        "lightning_nkv": spec["num_attention_heads"],
-        "lightning_head_dim": spec["head_dim"],
-        "dim_model_base": spec["hidden_size"] // 4,
+        "num_attention_heads": spec.num_attention_heads,
+        "num_key_value_heads": spec.num_key_value_heads,
+        "head_dim": spec.head_dim,
+        "lightning_nh": spec.num_attention_heads,
+        "lightning_nkv": spec.num_attention_heads,
+        "lightning_head_dim": spec.head_dim,
+        "dim_model_base": spec.hidden_size // 4,
         "max_position_embeddings": 4096,
         "sparse_config": {"kernel_size": 32, "kernel_stride": 16, "block_size": 64, "topk": 64,
                           "init_blocks": 1, "window_size": 2048, "dense_len": 8192, "use_nope": False},
     }
 
 
-def build_tiny_model(out_dir: str | Path, spec: dict, qa_rows: Sequence[dict] = ()) -> Path:
+def build_tiny_model(out_dir: str | Path, spec: TinySpec, qa_rows: Sequence[dict] = ()) -> Path:
     """Write the tiny checkpoint to `out_dir` (atomically) and return it."""
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig
 
-    torch.manual_seed(spec["seed"])
-    tokenizer = _train_tokenizer(spec["vocab_size"])
+    torch.manual_seed(spec.seed)
+    tokenizer = train_tokenizer(spec.vocab_size)
     eos_ids = [tokenizer.convert_tokens_to_ids(t) for t in ("</s>", "<|im_end|>")]
     vocab = -(-len(tokenizer) // 64) * 64  # padded like real vocabularies
     config_dict = tiny_config(spec, vocab, eos_ids)
     with atomic_dir(out_dir) as tmp:
-        for src in REMOTE_CODE.glob("*.py"):
-            shutil.copy(src, tmp / src.name)
+        for name in REMOTE_CODE:
+            shutil.copyfile(CHECKPOINT_DIR / name, tmp / name)
         (tmp / "config.json").write_text(json.dumps(config_dict, indent=2) + "\n")
         model = AutoModelForCausalLM.from_config(
             _load_config(tmp), trust_remote_code=True, dtype=torch.float32
         )
-        if spec["train_steps"] and qa_rows:
-            _train(model, _training_pairs(tokenizer, qa_rows), spec["train_steps"], spec["seed"], tokenizer.pad_token_id)
+        if spec.train_steps and qa_rows:
+            _train(model, _training_pairs(tokenizer, qa_rows), spec, tokenizer.pad_token_id)
         model.to(torch.bfloat16).save_pretrained(tmp)
         # save_pretrained rewrites config.json from the class; keep the real schema (auto_map, fields) as written.
         (tmp / "config.json").write_text(json.dumps(config_dict, indent=2) + "\n")

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Run the README as a newcomer would, on a fresh Debian: a clean clone of this repository's HEAD in a
+# fresh bookworm container made from the project's own mmdebstrap base (nothing else installed), then
+# the container path on the host. One line per step (ok or the error, and its time); exits non-zero
+# on any failure.
+#
+#   sudo bash scripts/newcomer.sh            # as root, on a Debian host with podman and mmdebstrap
+#                                            # (bash scripts/setup.sh installs both); ~45 min on 2 cores
+#
+# What may come from the host, as the image build takes it: the package-index settings (pip's config,
+# the folders its find-links and file:// indexes name, apt's sources), the CA bundle and pip's cache.
+# Nothing of the project's state does: no venv, DVC cache, installed packages or models.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BASE=${NEWCOMER_BASE:-localhost/debian-base:bookworm}
+WORK=$(mktemp -d /tmp/soarlab-newcomer.XXXXXX)
+NAME=soarlab-newcomer-$$
+TABLE=$WORK/steps.tsv
+failed=0
+
+log() { printf '%s\n' "$*" >&2; }
+step() {  # step NAME COMMAND...: run it, log to $WORK/NAME.log, print one line
+    local name=$1; shift
+    local t0=$SECONDS
+    if "$@" >"$WORK/$name.log" 2>&1; then
+        printf '%-28s ok    %5ss\n' "$name" $((SECONDS - t0)) | tee -a "$TABLE"
+    else
+        local why; why=$(grep -v '^\s*$' "$WORK/$name.log" | tail -1 | cut -c1-160)
+        printf '%-28s FAIL  %5ss  %s (log %s)\n' "$name" $((SECONDS - t0)) "$why" "$WORK/$name.log" | tee -a "$TABLE"
+        failed=1
+    fi
+}
+in_box() { podman exec -w /home/newcomer/soarlab "$NAME" bash -c "$1"; }
+# Podman here as soarlab runs it (soarlab/container.py): runc, and ulimits at the host's hard limits.
+export CONTAINERS_CONF=$WORK/containers.conf
+nproc_limit=$(ulimit -Hu); pid_max=$(cut -d' ' -f1 /proc/sys/kernel/pid_max)
+{ [ "$nproc_limit" = unlimited ] || [ "$nproc_limit" -gt "$pid_max" ]; } && nproc_limit=$pid_max
+nofile_limit=$(ulimit -Hn); [ "$nofile_limit" = unlimited ] && nofile_limit=1048576
+printf '[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=%s:%s"]\n[engine]\nruntime = "runc"\n' \
+    "$nofile_limit" "$nofile_limit" "$nproc_limit" "$nproc_limit" >"$CONTAINERS_CONF"
+cleanup() { podman rm -f "$NAME" >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+
+# The README's two commands, read from the README itself so that what runs is what it says.
+mapfile -t README_COMMANDS < <(awk '/^## The two commands/{on=1; next} /^## /{on=0} on && /^    [^ ]/{sub(/^    /, ""); print}' "$ROOT/README.md")
+if [ ${#README_COMMANDS[@]} -ne 2 ]; then
+    log "newcomer: error: README.md's 'The two commands' section holds ${#README_COMMANDS[@]} commands, not 2. Fix: keep exactly two indented commands there"
+    exit 2
+fi
+command -v podman >/dev/null || { log "newcomer: error: podman is not installed. Fix: as root, bash scripts/setup.sh"; exit 2; }
+
+base_image() {
+    podman image exists "$BASE" && return 0
+    local sources=/etc/apt/sources.list.d/debian.sources
+    [ -s "$sources" ] || sources=/etc/apt/sources.list
+    mmdebstrap --variant=minbase bookworm - "$sources" | podman import - "$BASE"
+}
+clone() { git clone --quiet --no-local "$ROOT" "$WORK/soarlab"; }
+start_box() {
+    local mounts=(-v "$WORK/soarlab:/home/newcomer/soarlab")
+    for path in /etc/pip.conf /etc/xdg/pip /opt/pypi /opt/pypi-more /opt/wheels /etc/ssl/certs; do
+        [ -e "$path" ] && mounts+=(-v "$path:$path:ro")
+    done
+    mkdir -p /root/.cache/pip && mounts+=(-v /root/.cache/pip:/root/.cache/pip)
+    # privileged with its own container storage: the test suite builds and runs the serving image inside
+    podman run -d --name "$NAME" --network host --privileged -v "$WORK/containers:/var/lib/containers" \
+        -e PIP_DISABLE_PIP_VERSION_CHECK=1 "${mounts[@]}" "$BASE" sleep infinity >/dev/null
+}
+sweep() { in_box ". .venv/bin/activate && soarlab sweep quant=none,gptq_w8"; }
+scores() {
+    in_box ". .venv/bin/activate && dvc exp show --json" >"$WORK/exp.json" && python3 - "$WORK/exp.json" <<'EOF'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+finals = []
+for commit in rows:
+    for exp in [commit] + [e for exps in (commit.get("experiments") or []) for e in exps.get("revs", [])]:
+        metrics = ((exp.get("data") or {}).get("metrics") or {}).get("reports/score.json", {}).get("data", {})
+        if "final" in metrics:
+            finals.append(metrics["final"])
+print(f"scores: {finals}")
+sys.exit(0 if len(finals) >= 3 else 1)  # the main run and the two sweep trials
+EOF
+}
+leaderboard() { in_box ". .venv/bin/activate && soarlab leaderboard --no-plot"; }
+noop_repro() {
+    in_box 'runs() { .venv/bin/python -c "import mlflow; c = mlflow.MlflowClient(\"sqlite:///mlflow.db\"); print(len(c.search_runs([c.get_experiment_by_name(\"soarlab\").experiment_id])))"; }
+            before=$(runs); . .venv/bin/activate && dvc repro && after=$(runs)
+            echo "runs before $before, after $after"; [ "$before" = "$after" ]'
+}
+# On the host, in the clone the container set up: the serving image built and started. The host gets an
+# environment of its own, outside the clone (the container's .venv is for the container's Python).
+host_setup() { python3.11 -m venv "$WORK/host-venv" && "$WORK/host-venv/bin/pip" install -q "torch==2.13.0" \
+                 && "$WORK/host-venv/bin/pip" install -q -e "$WORK/soarlab"; }
+host_container() {
+    (cd "$WORK/soarlab" && . "$WORK/host-venv/bin/activate" && dvc exp run -S engine.launcher=container \
+        && python3 -c "import json; m = json.load(open('reports/package/metrics.json')); print(m); assert m['image_bytes']")
+}
+
+log "newcomer: working in $WORK (kept afterwards: logs, the clone)"
+step base-image base_image
+step clone clone
+step start-container start_box
+step readme-main-command in_box "${README_COMMANDS[0]}"
+step readme-test-command in_box "${README_COMMANDS[1]}"
+step sweep sweep
+step dvc-exp-show scores
+step leaderboard leaderboard
+step noop-dvc-repro noop_repro
+step host-setup host_setup
+step host-container-launcher host_container
+echo "newcomer: $(grep -c ' ok ' "$TABLE") of $(wc -l <"$TABLE") steps ok; logs in $WORK"
+exit $failed
