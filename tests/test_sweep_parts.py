@@ -129,3 +129,26 @@ def test_parent_run_logs_a_space_that_adds_a_flag(tmp_path):
     params = mlflow.MlflowClient(uri).get_run(run_id).data.params
     assert params == {"space.engine.server_args.kv-cache-dtype": "auto,fp8_e4m3",
                       "space.engine.server_args.chunked-prefill-size": "4096"}
+
+
+def test_sweep_help_on_a_fresh_clone_without_dvc_on_path(tmp_path):
+    """A clone whose DVC cache is empty (the committed dvc.lock names outputs made elsewhere), and
+    `.venv/bin/soarlab` called without an activated venv: --help prints Hydra's help, never a refusal,
+    and the sweep's own check finds `dvc` beside soarlab's interpreter."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import make_project
+
+    dest, env = make_project(tmp_path / "clone")
+    env["PATH"] = "/usr/bin:/bin"  # no dvc here: it lives beside the interpreter only
+    soarlab = str(Path(sys.executable).parent / "soarlab")
+    help_ = subprocess.run([soarlab, "sweep", "--help"], cwd=dest, env=env, capture_output=True, text=True, timeout=120)
+    assert help_.returncode == 0, help_.stderr
+    assert "== Configuration groups ==" in help_.stdout and "error" not in help_.stderr
+    # Running one: the cached-outputs check runs `dvc` (found beside the interpreter) and refuses in one line.
+    run = subprocess.run([soarlab, "sweep", "quant=none"], cwd=dest, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0 and "No such file or directory: 'dvc'" not in run.stderr
+    assert "are not in this machine's DVC cache" in run.stderr and len(run.stderr.strip().splitlines()) == 1
