@@ -12,7 +12,9 @@ from soarlab.config import load_params
 
 def run_stage_cli(args) -> int:
     from soarlab.decide.run_page import record_stage_time
+    from soarlab.parent_death import stop_with_dvc
 
+    stop_with_dvc()  # a killed `dvc` stops its stage (and the stage's server) too
     module = importlib.import_module(f"soarlab.stages.{args.name.replace('-', '_')}")
     cfg = load_params(args.params)  # validated (soarlab.schema): a bad engine.port fails every stage at once
     _remove_leftovers(cfg)

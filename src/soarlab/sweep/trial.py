@@ -9,7 +9,6 @@ re-quantizes). The score comes back from the experiment's commit (reports/score.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import json
 import os
@@ -25,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from soarlab.engines.process import _stop as stop_process_group
 from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
+from soarlab.parent_death import set_parent_death_signal
 from soarlab.paths import project_root
 from soarlab.sweep.lease import gpu_lease, try_lock
 from soarlab.sweep.record import SweepRecord, TrialResult, experiment_name, override_key, trial_key
@@ -33,7 +33,6 @@ from soarlab.tracking import SWEEP_TRIAL_ENV
 # Override keys that configure the sweep itself, not the pipeline: never handed to `dvc exp run -S`.
 _SWEEP_KEYS = ("hydra", "sweep", "trial")
 _EVALUATE_STAGE = "'evaluate'"  # how DVC's output names the first stage that needs the quantized model
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _OOM_SIGNS = ("out of memory", "OutOfMemoryError", "MemoryError", "exited with -9", "Killed")
 
 
@@ -134,8 +133,7 @@ def _run_experiment(root: Path, name: str, overrides: Sequence[str], env: dict, 
 
 def _interrupt_when_orphaned() -> None:
     """In the child: SIGINT when this trial's process dies (even by SIGKILL), so DVC stops its stage."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
+    set_parent_death_signal(signal.SIGINT)
 
 
 def _interrupt(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
