@@ -19,7 +19,10 @@ def run_stage_cli(args) -> int:
     cfg = load_params(args.params)  # validated (soarlab.schema): a bad engine.port fails every stage at once
     _remove_leftovers(cfg)
     start = time.time()
-    module.run(cfg)
+    if args.name == "track":  # it records the config file itself: its digest and an artifact
+        module.run(cfg, params_file=args.params)
+    else:
+        module.run(cfg)
     # The MLflow run's start and end are the pipeline's: track reads these times back.
     record_stage_time(Path(cfg.paths.reports), args.name, start, time.time())
     return 0
