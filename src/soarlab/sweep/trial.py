@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -26,6 +27,7 @@ from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
 from soarlab.parent_death import set_parent_death_signal
 from soarlab.paths import project_root
+from soarlab.stages import TRIAL_LOGS_ENV
 from soarlab.sweep.lease import gpu_lease, try_lock
 from soarlab.sweep.record import SweepRecord, TrialResult, experiment_name, override_key, trial_key
 from soarlab.tracking import SWEEP_TRIAL_ENV
@@ -170,12 +172,13 @@ def run_trial(cfg: DictConfig) -> float | None:
         return earlier.objective
     name = experiment_name(sweep, overrides)
     out_dir = Path(hydra_cfg.runtime.output_dir)
-    log_path = out_dir / "trial.log"
+    log_path, logs_dir = out_dir / "trial.log", out_dir / "logs"
+    shutil.rmtree(logs_dir, ignore_errors=True)  # a resumed trial's earlier attempt's
     started = time.time()
     with open(log_path, "a") as log, quantize_once(root, cfg) as quantized, \
             gpu_lease(Path(cfg.trial.jit_cache_dir).expanduser()) as lease:
         env = {**os.environ, **lease.env, SWEEP_TRIAL_ENV["mlflow.parentRunId"]: record.parent_id() or "",
-               SWEEP_TRIAL_ENV["soarlab.trial"]: key}
+               SWEEP_TRIAL_ENV["soarlab.trial"]: key, TRIAL_LOGS_ENV: str(logs_dir.resolve())}
         remote = dvc_remote(root, cfg.trial.remote, env)
         returncode = _run_experiment(root, name, overrides, env, float(cfg.trial.timeout_s), log, quantized,
                                      pull=remote is not None)
@@ -185,7 +188,8 @@ def run_trial(cfg: DictConfig) -> float | None:
             "soarlab.trial_ended": f"{time.time():.3f}", "soarlab.trial_log": str(log_path)}
     result = _result(root, name, overrides, returncode, log_path, cfg, float(cfg.trial.timeout_s))
     if result.failure is not None:
-        result.run_id = record.record_failure(overrides, result.failure, tags)
+        result.run_id = record.record_failure(overrides, result.failure, tags,
+                                              logs=[log_path, *sorted(logs_dir.glob("*"))])
     else:
         result.run_id = record.child_run(key)
         for tag, value in tags.items():
