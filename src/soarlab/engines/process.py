@@ -25,6 +25,7 @@ from soarlab.engines.lease import PortLease, lease_port, stop_group
 from soarlab.engines.server import is_healthy
 from soarlab.errors import SoarError
 from soarlab.parent_death import set_parent_death_signal
+
 _spawner = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="soarlab-spawner")
 
 
