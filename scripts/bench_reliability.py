@@ -1,15 +1,16 @@
-"""Measure what issue 12 asks (docs/PERFORMANCE.md, "Reliability"):
+"""Measure what issues 12 and 21 ask (docs/PERFORMANCE.md, "Reliability"):
 
 1. the time from a signal to a running `soarlab stage bench` (real `transformers serve` on the tiny
    model, engine.port=0) until its server's port is free: SIGKILL (the kernel's parent-death
-   signal) and SIGTERM (the stage's own cleanup);
+   signal) and SIGTERM (the stage's own cleanup); and the same from a signal to `dvc` alone, which
+   runs that stage through $SHELL -c (bash execs the stage; dash waits for it);
 2. the time to give up on a hung server (accepts connections, never answers): one level of 12
    requests, with bench.level_timeout_s against the old behaviour (every request waits out
    bench.request_timeout_s in turn);
 3. the start probe of `soarlab bench --url` against the same silent socket, bounded by
    bench.connect_timeout_s.
 
-    .venv/bin/python scripts/bench_reliability.py [--repeats 3]
+    .venv/bin/python scripts/bench_reliability.py [--repeats 3] [--parts kill,dvc,hung,probe]
 """
 
 from __future__ import annotations
@@ -30,27 +31,35 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 
-def kill_to_port_free(root: Path, state: Path, sig: int) -> float:
+def kill_to_port_free(root: Path, state: Path, sig: int, shell: str | None = None) -> float:
+    """Signal `soarlab stage bench` (shell None), or the `dvc repro` that runs it with SHELL=shell."""
     from bench_helpers import wait_for
 
+    from soarlab.engines.lease import process_start_time
     from soarlab.engines.server import is_healthy, port_in_use
 
     shutil.rmtree(state, ignore_errors=True)
-    env = {**os.environ, "SOARLAB_STATE_DIR": str(state)}
-    stage = subprocess.Popen([sys.executable, "-m", "soarlab.cli", "stage", "bench"], cwd=root, env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, "SOARLAB_STATE_DIR": str(state), "SHELL": shell or os.environ.get("SHELL", "/bin/sh"),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    cmd = ["dvc", "repro"] if shell else [sys.executable, "-m", "soarlab.cli", "stage", "bench"]
+    target = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    record = {}
     try:
         record = wait_for(lambda: next((json.loads(p.read_text()) for p in (state / "ports").glob("*.json")), None)
-                      if (state / "ports").is_dir() else None, "the server", 300, 0.2)
+                          if (state / "ports").is_dir() else None, "the server", 300, 0.2)
         wait_for(lambda: is_healthy(f"http://127.0.0.1:{record['port']}", timeout=2), "the server", 300, 0.2)
         t0 = time.perf_counter()
-        stage.send_signal(sig)
+        target.send_signal(sig)
         wait_for(lambda: not port_in_use("127.0.0.1", record["port"]), "the port to be free", 120, 0.01)
         return time.perf_counter() - t0
     finally:
-        if stage.poll() is None:
-            stage.kill()
-        stage.wait()
+        if target.poll() is None:
+            target.kill()
+        target.wait()
+        stage = record.get("owner_pid")
+        if stage and process_start_time(stage) is not None:  # a stage that outlived its dvc
+            os.kill(stage, signal.SIGKILL)
 
 
 def give_up_on_hung_server(level_timeout_s, request_timeout_s) -> float:
@@ -101,21 +110,29 @@ def summary(values: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--parts", default="kill,hung,probe", help="which measurements (comma-separated)")
+    parser.add_argument("--parts", default="kill,dvc,hung,probe", help="which measurements (comma-separated)")
     args = parser.parse_args()
     parts = args.parts.split(",")
-    if "kill" in parts:
+    if "kill" in parts or "dvc" in parts:
+        from bench_helpers import bench_project, dvc_bench_project
+
         from soarlab.tiny import install_tiny_model
 
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
             model = install_tiny_model(tmp / "model")
-            from bench_helpers import bench_project
-
-            root = bench_project(tmp / "proj", model)
-            for sig in (signal.SIGKILL, signal.SIGTERM):
-                times = [kill_to_port_free(root, tmp / "state", sig) for _ in range(args.repeats)]
-                print(f"{signal.Signals(sig).name} of `soarlab stage bench` -> port free: {summary(times)}", flush=True)
+            if "kill" in parts:
+                root = bench_project(tmp / "proj", model)
+                for sig in (signal.SIGKILL, signal.SIGTERM):
+                    times = [kill_to_port_free(root, tmp / "state", sig) for _ in range(args.repeats)]
+                    print(f"{signal.Signals(sig).name} of `soarlab stage bench` -> port free: {summary(times)}", flush=True)
+            if "dvc" in parts:
+                root = dvc_bench_project(tmp / "dvc-proj", model)
+                for shell in ("/bin/bash", "/bin/dash"):
+                    for sig in (signal.SIGKILL, signal.SIGTERM):
+                        times = [kill_to_port_free(root, tmp / "state", sig, shell) for _ in range(args.repeats)]
+                        print(f"{signal.Signals(sig).name} of `dvc repro` alone (SHELL={shell}) -> port free: "
+                              f"{summary(times)}", flush=True)
     if "hung" in parts:
         for level_timeout_s, request_timeout_s, label in (
                 (None, 2, "no level bound, request_timeout_s=2 (the old behaviour)"),

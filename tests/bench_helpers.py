@@ -80,3 +80,17 @@ def wait_for(condition, what: str, limit_s: float = 300.0, every_s: float = 0.2)
             return value
         time.sleep(every_s)
     raise AssertionError(f"gave up waiting for {what} after {limit_s:g} s")
+
+
+def dvc_bench_project(root: Path, model_dir: Path) -> Path:
+    """bench_project as a DVC project (no git) whose one stage, `bench`, is `soarlab stage bench`:
+    what `dvc repro` runs, for killing `dvc` alone."""
+    import subprocess
+    import sys
+
+    dvc = str(Path(sys.executable).parent / "dvc")
+    bench_project(root, model_dir)
+    (root / "dvc.yaml").write_text("stages:\n  bench:\n    cmd: soarlab stage bench\n    outs:\n      - reports/bench\n")
+    subprocess.run([dvc, "init", "--no-scm", "-q"], cwd=root, check=True)
+    subprocess.run([dvc, "config", "core.analytics", "false"], cwd=root, check=True)
+    return root

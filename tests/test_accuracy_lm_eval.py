@@ -28,18 +28,22 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class FakeChatServer:
-    """POST /v1/chat/completions answering `answer(question)`; HTTP 500 for questions in `fail`."""
+    """POST /v1/chat/completions answering `answer(question)`; HTTP 500 for questions in `fail`;
+    `hang`: no answer until the server closes. GET /v1/models names one model (engine=external's health)."""
 
-    def __init__(self, answer, fail=(), completions_logprobs: bool = False):
+    def __init__(self, answer, fail=(), completions_logprobs: bool = False, hang: bool = False):
         self.answer = answer
         self.fail = set(fail)
         self.completions_logprobs = completions_logprobs
+        self.hang = hang
         self.requests: list[dict] = []
         self.attempts: Counter = Counter()
 
     async def _chat(self, request):
         body = await request.json()
         self.requests.append(body)
+        if self.hang:
+            await self.closing.wait()
         question = body["messages"][-1]["content"]
         self.attempts[question] += 1
         if question in self.fail:
@@ -55,9 +59,14 @@ class FakeChatServer:
         choice = {"index": 0, "text": "x", "finish_reason": "length"}  # like transformers serve: no logprobs
         return web.json_response({"id": "c", "object": "text_completion", "choices": [choice]})
 
+    async def _models(self, request):
+        return web.json_response({"object": "list", "data": [{"id": "tiny", "object": "model"}]})
+
     def __enter__(self):
         self.loop = asyncio.new_event_loop()
+        self.closing = asyncio.Event()
         app = web.Application()
+        app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._completions)
         self.runner = web.AppRunner(app)
@@ -71,6 +80,7 @@ class FakeChatServer:
         return self
 
     def __exit__(self, *exc):
+        self.loop.call_soon_threadsafe(self.closing.set)
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
@@ -160,6 +170,38 @@ def test_stage_evaluate_writes_ci_and_skips_loglikelihood_tasks_without_echo(tin
     assert summary["bootstrap"]["ori_low"] <= summary["ori_accuracy"] <= summary["bootstrap"]["ori_high"]
     assert summary["standard_tasks"]["hellaswag"]["status"] == "skipped"
     assert "echo" in summary["standard_tasks"]["hellaswag"]["reason"]
+
+
+def test_sigterm_mid_accuracy_says_stopped_and_nothing_else(tiny_model_dir, tmp_path):
+    """A real `soarlab stage accuracy` (engine=external, requests in flight) stopped by SIGTERM: lm-eval logged
+    every cancelled request as `Exception:CancelledError(), (no outputs), retrying.` (issue 21)."""
+    import shutil
+    import signal
+    import sys
+
+    from bench_helpers import wait_for
+
+    proj = tmp_path / "proj"
+    shutil.copytree(ROOT / "conf", proj / "conf")
+    (proj / "data").mkdir()
+    shutil.copy(EMBEDDED, proj / "data" / "correctness.jsonl")
+    with FakeChatServer(perfect_answer, hang=True) as server:
+        cfg = compose(["engine=external", f"engine.url={server.base_url}", "engine.api=openai",
+                       f"paths.quantized_model={tiny_model_dir}", f"paths.data={proj / 'data'}",
+                       f"paths.reports={proj / 'reports'}"], root=proj)
+        (proj / "params.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        stage = subprocess.Popen([sys.executable, "-m", "soarlab.cli", "stage", "accuracy"], cwd=proj,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: len(server.requests) >= 2 or stage.poll() is not None, "requests in flight")
+            stage.send_signal(signal.SIGTERM)
+            out, err = stage.communicate(timeout=120)
+        finally:
+            if stage.poll() is None:
+                stage.kill()
+    assert stage.returncode == 128 + signal.SIGTERM, out + err
+    assert "soarlab: stopped by SIGTERM" in err and "Traceback" not in err
+    assert "CancelledError" not in out + err and "retrying" not in out + err, out + err
 
 
 def test_fetch_correctness_set_sources(tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -253,3 +254,44 @@ def test_os_errors_map_to_one_line_with_their_fix():
         line, exit_code = error_line(OSError(code, os.strerror(code), "/x/reports/score.json"))
         assert exit_code == 1 and line.startswith(os.strerror(code)) and "'/x/reports/score.json'" in line
         assert line.count(". Fix: ") == 1 and fix in line.split(". Fix: ")[1]
+
+
+def on_full_disk(disk: Path, free_kib: int, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`soarlab ARGS` with `disk` a 3 MiB tmpfs holding `free_kib` KiB free (a private mount namespace)."""
+    if not namespaces_work():
+        pytest.skip("mount namespaces are refused here: no tmpfs to fill")
+    cmd = (f"mkdir -p {disk} && mount -t tmpfs -o size=3m tmpfs {disk} && "
+           f"(dd if=/dev/zero of={disk}/filler bs=1k count={3072 - free_kib} 2>/dev/null; true) && "
+           f"exec {sys.executable} -m soarlab.cli {' '.join(args)}")
+    return subprocess.run(["unshare", "-rm", "sh", "-c", cmd], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def test_full_disk_during_package_is_one_short_line_naming_the_disk(source_project, tmp_path):
+    """The submission's source tree copied onto a full reports/ (issue 21): shutil.copytree used to try
+    every remaining file and raise one error listing them all (29,140 characters)."""
+    reports = source_project / "reports"
+    short = Path(tempfile.mkdtemp(dir="/tmp"))  # a project path of usual length, not pytest's long one
+    (short / "proj").symlink_to(source_project)
+    source_project = short / "proj"
+    reports = source_project / "reports"
+    cfg = compose([f"paths.reports={reports}"], root=source_project)
+    (source_project / "params.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    try:
+        proc = on_full_disk(reports, 100, "stage", "package", cwd=source_project)
+    finally:
+        shutil.rmtree(short)
+    line = assert_one_line_error(proc, "No space left on device", f"the file system mounted at {reports} (")
+    assert len(line) <= 300, line
+
+
+@pytest.mark.parametrize("quant", ["rtn_w4", "none"])  # GPTQModel's writer; a plain copy of the weights
+def test_full_disk_during_prepare_model_names_the_disk(tiny_model_dir, source_project, quant):
+    """GPTQModel's writer raised a full disk's error naming no file: the line named no disk."""
+    disk = Path(tempfile.mkdtemp(dir="/tmp")) / "disk"  # a path of usual length
+    try:
+        proc = on_full_disk(disk, 300, "prepare-model", "--input", str(tiny_model_dir), "--output", f"{disk}/out",
+                            f"quant={quant}", cwd=source_project)
+    finally:
+        shutil.rmtree(disk.parent)
+    line = assert_one_line_error(proc, "No space left on device", f"'{disk}/", f"the file system mounted at {disk} (")
+    assert len(line) <= 300, line

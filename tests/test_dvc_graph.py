@@ -4,9 +4,9 @@ A stage's code is the import closure of its module `soarlab.stages.<name>` (ever
 module, also inside functions, followed through soarlab), plus the modules its subprocesses run
 (`[python, "-m", "soarlab.x"]`, e.g. the transformers engine's launcher), plus the data files those
 modules name (e.g. `corpus.txt`, the lm-eval task folder). Left out on purpose (HARNESS): the code
-that loads params.yaml, finds the project, formats errors, writes files atomically and quiets known
-library warnings. It decides no output's content, and listing it would re-run the whole pipeline
-for a change of an error message.
+that loads params.yaml, finds the project, formats errors, writes files atomically, quiets known
+library warnings and stops a process whose parent died. It decides no output's content, and listing
+it would re-run the whole pipeline for a change of an error message.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from conftest import ROOT
 SRC = ROOT / "src"
 PKG = SRC / "soarlab"
 HARNESS = {"soarlab", "soarlab.cli", "soarlab.stages", "soarlab.config", "soarlab.schema", "soarlab.errors",
-           "soarlab.paths", "soarlab.atomic", "soarlab.quiet"}
+           "soarlab.paths", "soarlab.atomic", "soarlab.quiet", "soarlab.parent_death"}
 STAGES = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
 
 

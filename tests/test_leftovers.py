@@ -112,6 +112,29 @@ def test_reports_get_normal_permissions(tmp_path):
     assert (tmp_path / "bench" / "S1.json").stat().st_mode & 0o777 == 0o644
 
 
+@pytest.mark.parametrize("umask, file_mode, script_mode", [(0o022, 0o644, 0o755), (0o027, 0o640, 0o750)])
+def test_files_libraries_write_owner_only_get_the_umask_s_modes(tmp_path, umask, file_mode, script_mode):
+    """safetensors 0.8 writes model.safetensors 0600 (its own temporary, renamed): models/base had one
+    owner-only file among 0644 ones (issue 21). Real safetensors; the modes a plain open() would give."""
+    import torch
+    from safetensors.torch import save_file
+
+    old = os.umask(umask)
+    try:
+        with atomic.atomic_dir(tmp_path / "model") as tmp:
+            save_file({"w": torch.zeros(2)}, str(tmp / "model.safetensors"))
+            (tmp / "run.sh").write_text("#!/bin/sh\n")
+            (tmp / "run.sh").chmod(0o700)
+        with atomic.atomic_path(tmp_path / "single.safetensors") as tmp:
+            save_file({"w": torch.zeros(2)}, str(tmp))
+    finally:
+        os.umask(old)
+    assert (tmp_path / "model" / "model.safetensors").stat().st_mode & 0o777 == file_mode
+    assert (tmp_path / "single.safetensors").stat().st_mode & 0o777 == file_mode
+    assert (tmp_path / "model" / "run.sh").stat().st_mode & 0o777 == script_mode
+    assert (tmp_path / "model").stat().st_mode & 0o777 == script_mode
+
+
 def test_gptqmodel_logs_go_to_a_scratch_folder_that_is_removed(tmp_path):
     from gptqmodel.looper import loop_processor
 

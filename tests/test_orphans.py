@@ -24,7 +24,7 @@ from soarlab.engines import sglang as sglang_engine
 from soarlab.engines.lease import PortLease, process_start_time
 from soarlab.engines.process import spawn
 from soarlab.engines.server import free_port, is_healthy, port_in_use
-from bench_helpers import bench_project, wait_for
+from bench_helpers import bench_project, dvc_bench_project, wait_for
 from test_engines import STAND_IN, engine_cfg, fake_model, pid_alive
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,6 +66,42 @@ def test_killed_bench_stage_leaves_no_server(tiny_model_dir, tmp_path, state_dir
         assert served_record(state_dir) == {}
     else:
         assert stage.returncode == -signal.SIGKILL
+    assert leftovers.stale_servers() == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shell,sig", [("/bin/bash", signal.SIGTERM), ("/bin/dash", signal.SIGKILL)],
+                         ids=["bash-SIGTERM", "dash-SIGKILL"])
+def test_killed_dvc_stops_its_stage(tiny_model_dir, tmp_path, state_dir, shell, sig):
+    """A signal to `dvc` alone (a CI timeout, a job scheduler, `kill <pid>`) stops the stage it runs: the
+    server's port is free and no stage process remains. DVC runs the stage through $SHELL -c: bash
+    replaces itself by the stage (DVC is the stage's parent), dash waits for it (the shell is)."""
+    root = dvc_bench_project(tmp_path / "proj", tiny_model_dir)
+    env = {**os.environ, "SHELL": shell, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    # Its output to a file: the stage inherits it, and a pipe would stay open as long as the stage runs.
+    with open(tmp_path / "dvc.log", "w") as log:
+        dvc = subprocess.Popen(["dvc", "repro"], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    record = {}
+    try:
+        record = wait_for(lambda: served_record(state_dir), "the server's lease record")
+        stage = record["owner_pid"]
+        wait_for(lambda: is_healthy(f"http://127.0.0.1:{record['port']}", timeout=2), "the server to answer")
+        between = int(Path(f"/proc/{stage}/stat").read_text().rpartition(")")[2].split()[1])
+        assert (between == dvc.pid) == (shell == "/bin/bash"), "the shell case this test is about"
+        os.kill(dvc.pid, sig)
+        dvc.wait(timeout=60)
+        wait_for(lambda: not port_in_use("127.0.0.1", record["port"]), f"port {record['port']} to be free", limit_s=30)
+        wait_for(lambda: process_start_time(stage) is None and process_start_time(record["pid"]) is None,
+                 "the stage and its server to be gone", limit_s=30)
+    finally:
+        if dvc.poll() is None:
+            dvc.kill()
+        dvc.wait()
+        for pid in (record.get("owner_pid"), record.get("pid")):  # left running only when the test fails
+            if pid and process_start_time(pid) is not None:
+                os.kill(pid, signal.SIGKILL)
+    assert not (root / "reports" / "bench").exists(), "a stopped stage writes no outputs dvc.lock does not record"
     assert leftovers.stale_servers() == []
 
 

@@ -65,3 +65,26 @@ def test_exp_run_with_another_quant_skips_fetch_and_logs_a_second_run(project):
     client, runs = _runs(dest)
     assert len(runs) == 2
     assert runs[1].data.params["quant.name"] == "none" and runs[1].data.tags["dvc.experiment"]
+
+
+def test_refused_value_leaves_every_output_as_it_was(tmp_path):
+    """`dvc exp run -S engine.port=notaport` (issue 21): DVC removes a stage's outputs just before running it,
+    so the refusal has to come first, from check-params; reports/package used to be gone after it."""
+    import hashlib
+
+    dest, env = make_project(tmp_path / "project")
+    run = lambda *cmd: subprocess.run(cmd, cwd=dest, env=env, capture_output=True, text=True, timeout=1500)  # noqa: E731
+    made = run("dvc", "repro", "package")
+    assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+    assert run("git", "add", "-A").returncode == 0 and run("git", "commit", "-qm", "outputs").returncode == 0
+
+    def snapshot() -> dict[str, str]:
+        return {str(p.relative_to(dest)): hashlib.sha256(p.read_bytes()).hexdigest()
+                for folder in ("reports", "models") for p in sorted((dest / folder).rglob("*")) if p.is_file()}
+
+    before = snapshot()
+    assert "reports/package/submission.tar.gz" in before
+    refused = run("dvc", "exp", "run", "-S", "engine.port=notaport")
+    out = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "config key engine.port" in out and "Running stage 'package'" not in out, out
+    assert snapshot() == before

@@ -102,6 +102,14 @@ def test_failed_trial_is_recorded_and_the_sweep_finishes(project):
     failed = [r for r in runs if r.info.status == "FAILED"]
     assert len(runs) == 2 and len(failed) == 1
     assert "--no-such-flag" in failed[0].data.tags["soarlab.trial"] and failed[0].data.tags["soarlab.failure"]
+    # Its server log outlives the trial's temporary DVC workspace (issue 21): beside its trial.log, named
+    # by the failure's fix, and an artifact of its MLflow run.
+    kept = next((dest / "sweeps" / "fails").glob("*/logs/evaluate-server.log"))
+    assert "--no-such-flag" in kept.read_text()
+    assert f"read {kept}" in failed[0].data.tags["soarlab.failure"] and f"read {kept}" in out
+    client = mlflow.MlflowClient(f"sqlite:///{dest / 'mlflow.db'}")
+    artifacts = {a.path for a in client.list_artifacts(failed[0].info.run_id, "logs")}
+    assert {"logs/evaluate-server.log", "logs/trial.log"} <= artifacts
 
 
 def test_interrupted_sweep_resumes_without_redoing_finished_trials(project):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 
 import mlflow
 import pytest
@@ -85,3 +88,54 @@ def test_run_name_shows_the_flag_two_sweep_trials_differ_in():
     assert name("quant=none", "engine=sglang", "+engine.server_args.kv-cache-dtype=fp8_e4m3") == \
         "none · engine=sglang, engine.server_args.kv-cache-dtype=fp8_e4m3"
     assert name("engine=external", "engine.url=http://gpu-box:30000") == "gptq_w4_mixed · engine=external"  # incidental
+
+
+@pytest.fixture
+def track_project(tmp_path):
+    """A project `soarlab stage track` runs in: conf/, a valid params.yaml and filled reports/."""
+    from omegaconf import OmegaConf
+
+    shutil.copytree(ROOT / "conf", tmp_path / "conf")
+    reports = tmp_path / "reports"
+    write_json(reports / "bench" / "metrics.json", {"S1_duration_s": 2.0, "S8_duration_s": 3.0, "Smax_duration_s": 4.0})
+    write_json(reports / "score.json", {"final": 99.5, "C": 1.0, "invalid_levels": []})
+    cfg = compose([f"paths.reports={reports}", f"paths.data={tmp_path / 'data'}", "tracking.experiment=test"], root=tmp_path)
+    (tmp_path / "params.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    return tmp_path
+
+
+def track(root, *args: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in ("DVC_ROOT", "DVC_STAGE", "SOARLAB_SWEEP", "SOARLAB_TRIAL")}
+    return subprocess.Popen([sys.executable, "-m", "soarlab.cli", "stage", "track", *args], cwd=root, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def logged_runs(root) -> list:
+    client = mlflow.MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    return client.search_runs([client.get_experiment_by_name("test").experiment_id])
+
+
+def test_concurrent_tracks_of_the_same_inputs_log_one_run(track_project):
+    """Four real `soarlab stage track` processes at once on one new sqlite store (issue 21: 2 runs in 2 of 6
+    rounds when the look-up and the new run were two steps)."""
+    procs = [track(track_project) for _ in range(4)]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert len(logged_runs(track_project)) == 1
+    assert sum("already holds these inputs" in out for out in outs) == 3, outs
+
+
+def test_track_params_file_is_the_config_its_digest_and_artifact_come_from(track_project):
+    """`--params FILE`: FILE, not params.yaml, decides whether these inputs were logged before."""
+    first = track(track_project)
+    assert first.communicate(timeout=600) and first.returncode == 0
+    other = track_project / "other.yaml"
+    other.write_text((track_project / "params.yaml").read_text().replace("seed: 1234", "seed: 4321"))
+    second = track(track_project, "--params", str(other))
+    out = second.communicate(timeout=600)[0]
+    assert second.returncode == 0 and "already holds" not in out, out
+    runs = logged_runs(track_project)
+    assert sorted(r.data.params["eval.seed"] for r in runs) == ["1234", "4321"]
+    client = mlflow.MlflowClient(f"sqlite:///{track_project / 'mlflow.db'}")
+    second_run = next(r for r in runs if r.data.params["eval.seed"] == "4321")
+    assert "other.yaml" in {a.path for a in client.list_artifacts(second_run.info.run_id)}

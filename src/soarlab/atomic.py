@@ -73,6 +73,35 @@ def _prefix(target: Path) -> str:
     return f".{target.name}.{os.getpid()}-"
 
 
+def share_as_umask_allows(path: Path) -> None:
+    """Give group and others what the owner has of `path` (and of everything under it), as far as the
+    umask allows: the modes a plain open() or mkdir() would have made. Temporaries (mkstemp, mkdtemp)
+    are owner-only, and so are files some libraries write through their own temporaries (safetensors
+    0.8 writes model.safetensors 0600); renamed into place as they are, outputs would be private."""
+    allowed = 0o077 & ~_umask()
+    for item in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        if item.is_symlink():
+            continue
+        mode = item.stat().st_mode & 0o7777
+        owner = (mode & 0o700) >> 6
+        wanted = mode | ((owner << 3 | owner) & allowed)
+        if wanted != mode:
+            with contextlib.suppress(OSError):  # not ours (a hard link to a shared file): left as it is
+                item.chmod(wanted)
+
+
+@contextlib.contextmanager
+def _naming(target: Path) -> Iterator[None]:
+    """An OS error that names no file (a library writing through a file object: a full disk mid-write)
+    names the output being written, so that its line says which disk filled."""
+    try:
+        yield
+    except OSError as exc:
+        if not exc.filename:
+            exc.filename = str(target)
+        raise
+
+
 @contextlib.contextmanager
 def atomic_path(target: str | Path) -> Iterator[Path]:
     """Yield a temporary file path; on success it replaces `target`, on failure it is removed."""
@@ -82,9 +111,10 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=_prefix(target), suffix=".tmp", dir=target.parent)
     os.close(fd)
     tmp_path = Path(tmp)
-    tmp_path.chmod(0o666 & ~_umask())  # mkstemp makes it owner-only; a report is read like any file
     try:
-        yield tmp_path
+        with _naming(target):
+            yield tmp_path
+        share_as_umask_allows(tmp_path)
         os.replace(tmp_path, target)
     finally:
         tmp_path.unlink(missing_ok=True)
@@ -98,7 +128,6 @@ def scratch_dir(beside: str | Path, name: str) -> Iterator[Path]:
     beside.mkdir(parents=True, exist_ok=True)
     remove_stale(beside, name)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.{os.getpid()}-", suffix=".tmp", dir=beside))
-    tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it owner-only; outputs are shared like any folder
     try:
         yield tmp
     finally:
@@ -110,8 +139,31 @@ def atomic_dir(target: str | Path) -> Iterator[Path]:
     """Yield an empty temporary directory; on success it replaces `target` as a whole."""
     target = Path(target)
     with scratch_dir(target.parent, target.name) as tmp:
-        yield tmp
+        with _naming(target):
+            yield tmp
+        share_as_umask_allows(tmp)
         replace_dir(tmp, target)
+
+
+def copy_tree(src: Path, dest: Path, **copytree_kwargs) -> None:
+    """shutil.copytree that stops at the first file it cannot copy and raises that file's OSError.
+    shutil.copytree goes on through every remaining file and raises one shutil.Error listing them
+    all: on a full disk, thousands of entries and no errno."""
+    class Failed(Exception):
+        pass
+
+    def copy(s: str, d: str) -> None:
+        try:
+            shutil.copy2(s, d)
+        except OSError as exc:
+            if not exc.filename2:  # a failed write names neither file: name what was written
+                exc.filename, exc.filename2 = s, d
+            raise Failed(exc) from None  # not an OSError, which copytree would collect and go on
+
+    try:
+        shutil.copytree(src, dest, copy_function=copy, **copytree_kwargs)
+    except Failed as failed:
+        raise failed.args[0] from None
 
 
 def replace_dir(src: Path, target: Path) -> None:

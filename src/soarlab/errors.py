@@ -1,6 +1,8 @@
 """The one error type users see: a problem and its fix, printed on one line; and that line for any error."""
 
 import errno
+import os
+from pathlib import Path
 
 
 class SoarError(Exception):
@@ -13,18 +15,59 @@ class SoarError(Exception):
 
 
 _OS_ERROR_FIXES = {
-    errno.ENOSPC: "free space on that file system (`df -h` shows how much is left), or write elsewhere",
-    errno.EDQUOT: "free space within your disk quota, or write elsewhere",
+    errno.ENOSPC: "free space on it (`df -h` shows how much is left), or write elsewhere",
+    errno.EDQUOT: "free space within your disk quota there, or write elsewhere",
     errno.EROFS: "the file system is mounted read-only: run from a writable checkout",
     errno.EACCES: "make it writable for you (`ls -ld` shows the owner and mode; `chmod u+w` on your files)",
     errno.EPERM: "make it writable for you (`ls -ld` shows the owner and mode; `chmod u+w` on your files)",
 }
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+_PATH_CHARS = 80  # each path named in a line, so that the line stays readable (~300 characters at most)
+_LINE_CHARS = 300
+
+
+def _short(path) -> str:
+    text = os.fsdecode(path)
+    return text if len(text) <= _PATH_CHARS else f"{text[:25]}...{text[-(_PATH_CHARS - 28):]}"
+
+
+def mount_point(path) -> Path:
+    """The mount point of the file system `path` is (or would be) on: its nearest existing folder's."""
+    folder = Path(os.path.abspath(os.fsdecode(path)))
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    while not os.path.ismount(folder):
+        folder = folder.parent
+    return folder
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return ""
+
+
+def _full_disk(written) -> str:
+    """'<file> on the file system mounted at <mount> (<free> free of <size>)': which disk filled."""
+    mount = mount_point(written)
+    try:
+        st = os.statvfs(mount)
+        space = f" ({_size(st.f_bavail * st.f_frsize)} free of {_size(st.f_blocks * st.f_frsize)})"
+    except OSError:
+        space = ""
+    return f"'{_short(written)}' on the file system mounted at {_short(mount)}{space}"
 
 
 def os_error_line(exc: OSError) -> str:
-    """An OS error as `<problem>. Fix: <fix>`, the file it hit named."""
-    where = " ".join(f"'{name}'" for name in (exc.filename, exc.filename2) if name)
-    problem = f"{exc.strerror or exc}" + (f": {where}" if where else "")
+    """An OS error as `<problem>. Fix: <fix>`, the file it hit named; for a full disk, which disk."""
+    names = [name for name in (exc.filename, exc.filename2) if name]
+    if exc.errno in _FULL and names:
+        problem = f"{exc.strerror or exc} while writing {_full_disk(names[-1])}"  # a copy's destination
+    else:
+        where = " ".join(f"'{_short(name)}'" for name in names)
+        problem = f"{exc.strerror or exc}" + (f": {where}" if where else "")
     fix = _OS_ERROR_FIXES.get(exc.errno, "check that path and the machine's resources, or rerun with --debug")
     return f"{problem}. Fix: {fix}"
 
@@ -36,5 +79,7 @@ def error_line(exc: Exception) -> tuple[str, int]:
     if isinstance(exc, OSError):
         return os_error_line(exc), 1
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if len(first) > _LINE_CHARS:  # e.g. shutil.Error: one entry per file that failed
+        first = first[:_LINE_CHARS] + "..."
     return (f"unexpected {type(exc).__name__}: {first}. "
             "Fix: rerun with --debug (or SOARLAB_DEBUG=1) for the traceback, and report it"), 1

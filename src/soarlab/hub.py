@@ -11,7 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
-from soarlab.atomic import replace_dir
+from soarlab.atomic import copy_tree, replace_dir
 from soarlab.errors import SoarError
 
 SOURCES = ("huggingface", "modelscope", "local")
@@ -122,7 +122,7 @@ def download_modelscope(model_id: str, revision: str | None, local_dir: Path, ta
 def copy_local(source: Path, local_dir: Path) -> Path:
     source = Path(source).expanduser().resolve()
     validate_model_dir(source)
-    shutil.copytree(source, local_dir, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".cache", ".git"))
+    copy_tree(source, local_dir, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".cache", ".git"))
     return local_dir
 
 

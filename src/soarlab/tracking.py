@@ -52,16 +52,37 @@ def tracking_uri(cfg: DictConfig) -> str:
     return f"sqlite:///{owning_project_root() / 'mlflow.db'}"
 
 
+def _sqlite_file(uri: str) -> Path | None:
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
 def _store_lock(uri: str):
     """A lock beside a local sqlite store, held while the store and the experiment are created:
     two processes migrating one new database at once fail (`_alembic_tmp_experiments already exists`)."""
     from filelock import FileLock
 
-    if not uri.startswith("sqlite:///"):
+    db = _sqlite_file(uri)
+    if db is None:
         return contextlib.nullcontext()
-    db = Path(uri.removeprefix("sqlite:///"))
     db.parent.mkdir(parents=True, exist_ok=True)
     return FileLock(f"{db}.lock")
+
+
+def inputs_lock(cfg: DictConfig):
+    """Held from looking up a run with these inputs to creating it, so that two `track`s of the same
+    inputs at once log one run, not two. Beside a sqlite store; for a tracking server, one per server
+    on this machine (runs on other machines are not covered)."""
+    import hashlib
+    import tempfile
+
+    from filelock import FileLock
+
+    uri = tracking_uri(cfg)
+    db = _sqlite_file(uri)
+    path = Path(f"{db}.inputs.lock") if db is not None else (
+        Path(tempfile.gettempdir()) / f"soarlab-{os.getuid()}" / f"track-{hashlib.sha256(uri.encode()).hexdigest()[:16]}.lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(path)
 
 
 def _client(cfg: DictConfig):
@@ -138,12 +159,14 @@ def run_with_inputs(cfg: DictConfig, digest: str) -> str | None:
     return found[0].info.run_id if found else None
 
 
-def log_pipeline_run(cfg: DictConfig, reports: Path, params_file: Path, speed_set_sha: str = "", inputs_digest: str = "") -> str:
-    """Log one MLflow run from the files under `reports`; return its id."""
+def log_pipeline_run(cfg: DictConfig, reports: Path, params_file: Path, speed_set_sha: str = "", inputs_digest: str = "",
+                     root: Path | None = None) -> str:
+    """Log one MLflow run from the files under `reports` (`root`: the project, default the params file's folder);
+    return its id."""
     from mlflow.entities import Metric, Param
 
     client, experiment_id = _client(cfg)
-    root = params_file.parent
+    root = params_file.parent if root is None else root
     tags = {**run_tags(cfg, speed_set_sha), **({INPUTS_DIGEST_TAG: inputs_digest} if inputs_digest else {})}
     tags["mlflow.note.content"] = run_page.recipe_markdown(tags)
     params = run_params(cfg)

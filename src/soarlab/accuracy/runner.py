@@ -73,6 +73,9 @@ def _quiet_lm_eval() -> None:
          "the generation settings (greedy, max tokens, EOS stops) are ours on purpose, from eval.* (RULES.md 3)")
     drop("lm_eval.api.task", r"Custom kwargs can be passed to `--metadata`",
          "the task's dataset is our file, named in dataset_kwargs; it takes no metadata")
+    drop("lm_eval.models.api_models", r"^Exception:(CancelledError|KeyboardInterrupt|Terminated)\(",
+         "lm-eval logs any exception of a request as an error, also the cancellation of the requests in flight "
+         "when the run is stopped (SIGTERM, Ctrl-C): no request failed, and the CLI says why it stopped")
 
 
 def run_correctness(

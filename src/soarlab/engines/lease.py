@@ -28,6 +28,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from soarlab.engines.server import free_port, port_in_use
+from soarlab.parent_death import proc_stat
 
 STATE_DIR_ENV = "SOARLAB_STATE_DIR"
 
@@ -43,19 +44,10 @@ def _ports_dir() -> Path:
     return folder
 
 
-def _stat(pid: int | str) -> list[str] | None:
-    """/proc/<pid>/stat from field 3 on (after the command name, which may hold spaces)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat[stat.rindex(")") + 2:].split()
-
-
 def process_start_time(pid: int) -> int | None:
     """The kernel's start time of `pid` (clock ticks since boot), None if no such process runs (a
     zombie has exited). A pid plus its start time names one process, even after the pid is reused."""
-    fields = _stat(pid)
+    fields = proc_stat(pid)
     return int(fields[19]) if fields and fields[0] != "Z" else None
 
 
@@ -63,7 +55,7 @@ def group_members(pgid: int, started_since: int = 0) -> list[int]:
     """Live processes of process group `pgid` started at or after `started_since` (a recycled id's are older)."""
     members = []
     for proc in Path("/proc").glob("[0-9]*"):
-        fields = _stat(proc.name)
+        fields = proc_stat(proc.name)
         if fields and int(fields[2]) == pgid and fields[0] != "Z" and int(fields[19]) >= started_since:
             members.append(int(proc.name))
     return members
@@ -182,7 +174,7 @@ def orphan_servers() -> list[tuple[int, str]]:
     version before leases, or a lease folder removed): reparented to init (parent pid 1)."""
     found = []
     for proc in Path("/proc").glob("[0-9]*"):
-        fields = _stat(proc.name)
+        fields = proc_stat(proc.name)
         if not fields or fields[0] == "Z" or int(fields[1]) != 1:
             continue
         try:

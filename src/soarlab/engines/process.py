@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import ctypes
 import os
 import shlex
 import signal
@@ -25,10 +24,8 @@ from typing import Callable, Iterator, Mapping, Sequence
 from soarlab.engines.lease import PortLease, lease_port, stop_group
 from soarlab.engines.server import is_healthy
 from soarlab.errors import SoarError
+from soarlab.parent_death import set_parent_death_signal
 
-_PR_SET_PDEATHSIG = 1
-# Looked up before any fork, so that the child only calls it; Linux only (None elsewhere: no parent-death signal).
-_prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
 _spawner = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="soarlab-spawner")
 
 
@@ -54,9 +51,7 @@ def port_lease(host: str, port: int) -> Iterator[PortLease]:
 
 def _die_with(parent_pid: int) -> Callable[[], None]:
     def preexec() -> None:  # in the child between fork and exec; the setting survives exec
-        if _prctl is None:
-            return
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        set_parent_death_signal(signal.SIGKILL)
         if os.getppid() != parent_pid:  # the parent died before the line above: no signal would come
             os._exit(1)
     return preexec

@@ -9,18 +9,53 @@ from pathlib import Path
 
 from soarlab.config import load_params
 
+# Where a sweep trial wants the logs of a stage that failed: its temporary DVC workspace, and the
+# reports/logs folder in it, is deleted when `dvc exp run --temp` ends (soarlab.sweep.trial sets it).
+TRIAL_LOGS_ENV = "SOARLAB_TRIAL_LOGS"
+
 
 def run_stage_cli(args) -> int:
     from soarlab.decide.run_page import record_stage_time
+    from soarlab.parent_death import stop_with_dvc
 
+    stop_with_dvc()  # a killed `dvc` stops its stage (and the stage's server) too
     module = importlib.import_module(f"soarlab.stages.{args.name.replace('-', '_')}")
     cfg = load_params(args.params)  # validated (soarlab.schema): a bad engine.port fails every stage at once
     _remove_leftovers(cfg)
     start = time.time()
-    module.run(cfg)
+    try:
+        if args.name == "track":  # it records the config file itself: its digest and an artifact
+            module.run(cfg, params_file=args.params)
+        else:
+            module.run(cfg)
+    except BaseException as exc:
+        _keep_logs(Path(cfg.paths.reports) / "logs", exc)
+        raise
     # The MLflow run's start and end are the pipeline's: track reads these times back.
     record_stage_time(Path(cfg.paths.reports), args.name, start, time.time())
     return 0
+
+
+def _keep_logs(logs: Path, exc: BaseException) -> None:
+    """In a sweep trial: copy the failed stage's logs where they outlive the trial's workspace, and make
+    the error name the copies (its fix says which log to read)."""
+    import os
+    import shutil
+
+    from soarlab.errors import SoarError
+
+    kept = os.environ.get(TRIAL_LOGS_ENV)
+    if not kept or not logs.is_dir():
+        return
+    kept = Path(kept)
+    kept.mkdir(parents=True, exist_ok=True)
+    for log in logs.iterdir():
+        if log.is_file():
+            shutil.copy2(log, kept / log.name)
+    if isinstance(exc, SoarError):
+        for old in dict.fromkeys((str(logs.resolve()), str(logs))):
+            exc.problem, exc.fix = exc.problem.replace(old, str(kept)), exc.fix.replace(old, str(kept))
+        exc.args = (f"{exc.problem}. Fix: {exc.fix}",)
 
 
 def _remove_leftovers(cfg) -> None:

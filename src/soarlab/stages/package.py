@@ -36,7 +36,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from soarlab.atomic import atomic_dir, write_json
+from soarlab.atomic import atomic_dir, copy_tree, write_json
 from soarlab.errors import SoarError
 from soarlab.package import TEMPLATES, checks, render
 from soarlab.package.image import write_dockerfiles
@@ -76,8 +76,8 @@ def copy_project(root: Path, dest: Path) -> None:
     def ignore(folder: str, names: list[str]) -> set[str]:
         return set(IGNORE(folder, names)) | ({checkpoint.name} if Path(folder) == checkpoint.parent else set())
 
-    shutil.copytree(source, dest / "src" / "soarlab", ignore=ignore)
-    shutil.copytree(root / "conf", dest / "conf", ignore=IGNORE)
+    copy_tree(source, dest / "src" / "soarlab", ignore=ignore)
+    copy_tree(root / "conf", dest / "conf", ignore=IGNORE)
     shutil.copy2(root / "pyproject.toml", dest / "pyproject.toml")
 
 

@@ -1,34 +1,40 @@
-"""track: log this pipeline execution as one MLflow run, from params.yaml and reports/.
+"""track: log this pipeline execution as one MLflow run, from params.yaml (or --params FILE) and reports/.
 
 A re-run in which no stage ran (same config, same reports) is recognised by the digest of its
-inputs and not logged again, unless it is a sweep trial (each trial is a child run of its sweep). With official submissions recorded, the new run also gets the
-predicted official figures (soarlab.decide.calibration)."""
+inputs and not logged again, unless it is a sweep trial (each trial is a child run of its sweep);
+the look-up and the new run are one step under a lock, so concurrent tracks of the same inputs log
+one run. With official submissions recorded, the new run also gets the predicted official figures
+(soarlab.decide.calibration)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from omegaconf import DictConfig
 
 from soarlab.datasets.soar import file_sha256
 from soarlab.decide.run_page import inputs_digest
 from soarlab.paths import project_root
-from soarlab.tracking import log_pipeline_run, run_context, run_with_inputs, tracking_uri
+from soarlab.tracking import inputs_lock, log_pipeline_run, run_context, run_with_inputs, tracking_uri
 
 
-def run(cfg: DictConfig) -> None:
+def run(cfg: DictConfig, params_file: str | Path = "params.yaml") -> None:
+    """`params_file`: the config file the stage was run with (`soarlab stage track --params FILE`)."""
     from soarlab.decide.calibration import log_predictions
 
     root = project_root()
-    reports, params_file = root / cfg.paths.reports, root / "params.yaml"
+    reports, params_file = root / cfg.paths.reports, Path(params_file).resolve()  # as the CLI read it
     digest = inputs_digest(reports, params_file, run_context())
-    same = run_with_inputs(cfg, digest)
-    if same:
-        print(f"MLflow run {same} already holds these inputs and results (nothing re-ran): no new run logged")
-        return
     speed_set = root / cfg.paths.data / "speed.jsonl"
-    run_id = log_pipeline_run(
-        cfg, reports=reports, params_file=params_file,
-        speed_set_sha=file_sha256(speed_set) if speed_set.is_file() else "", inputs_digest=digest,
-    )
+    with inputs_lock(cfg):  # the check and the run it creates as one step
+        same = run_with_inputs(cfg, digest)
+        if same:
+            print(f"MLflow run {same} already holds these inputs and results (nothing re-ran): no new run logged")
+            return
+        run_id = log_pipeline_run(
+            cfg, reports=reports, params_file=params_file, root=root,
+            speed_set_sha=file_sha256(speed_set) if speed_set.is_file() else "", inputs_digest=digest,
+        )
     log_predictions(cfg, [run_id])
     print(f"MLflow run {run_id} logged to {tracking_uri(cfg)}; compare runs: {runs_table_url(cfg, run_id)}")
 

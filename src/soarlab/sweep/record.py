@@ -135,8 +135,9 @@ class SweepRecord:
                                        order_by=["attributes.start_time DESC"], max_results=5000)
         return next((r.info.run_id for r in runs if r.data.tags.get(TRIAL_TAG) == key), None)
 
-    def record_failure(self, overrides: Sequence[str], reason: str, tags: dict[str, str]) -> str:
-        """Mark the trial failed: on its pipeline run when `track` got that far, else on a new child run."""
+    def record_failure(self, overrides: Sequence[str], reason: str, tags: dict[str, str], logs: Sequence = ()) -> str:
+        """Mark the trial failed: on its pipeline run when `track` got that far, else on a new child run;
+        `logs` (files) become its artifacts under logs/."""
         key = trial_key(overrides)
         run_id = self.child_run(key)
         if run_id is None:
@@ -149,6 +150,8 @@ class SweepRecord:
                 self.client.log_param(run_id, name, value)
         for name, value in {**tags, FAILURE_TAG: reason[:5000]}.items():
             self.client.set_tag(run_id, name, value)
+        for path in logs:
+            self.client.log_artifact(run_id, str(path), "logs")
         self.client.set_terminated(run_id, "FAILED")
         return run_id
 

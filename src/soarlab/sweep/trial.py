@@ -9,10 +9,10 @@ re-quantizes). The score comes back from the experiment's commit (reports/score.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -25,7 +25,9 @@ from omegaconf import DictConfig, OmegaConf
 from soarlab.engines.process import _stop as stop_process_group
 from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
+from soarlab.parent_death import set_parent_death_signal
 from soarlab.paths import project_root
+from soarlab.stages import TRIAL_LOGS_ENV
 from soarlab.sweep.lease import gpu_lease, try_lock
 from soarlab.sweep.record import SweepRecord, TrialResult, experiment_name, override_key, trial_key
 from soarlab.tracking import SWEEP_TRIAL_ENV
@@ -33,7 +35,6 @@ from soarlab.tracking import SWEEP_TRIAL_ENV
 # Override keys that configure the sweep itself, not the pipeline: never handed to `dvc exp run -S`.
 _SWEEP_KEYS = ("hydra", "sweep", "trial")
 _EVALUATE_STAGE = "'evaluate'"  # how DVC's output names the first stage that needs the quantized model
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _OOM_SIGNS = ("out of memory", "OutOfMemoryError", "MemoryError", "exited with -9", "Killed")
 
 
@@ -134,8 +135,7 @@ def _run_experiment(root: Path, name: str, overrides: Sequence[str], env: dict, 
 
 def _interrupt_when_orphaned() -> None:
     """In the child: SIGINT when this trial's process dies (even by SIGKILL), so DVC stops its stage."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
+    set_parent_death_signal(signal.SIGINT)
 
 
 def _interrupt(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
@@ -172,12 +172,13 @@ def run_trial(cfg: DictConfig) -> float | None:
         return earlier.objective
     name = experiment_name(sweep, overrides)
     out_dir = Path(hydra_cfg.runtime.output_dir)
-    log_path = out_dir / "trial.log"
+    log_path, logs_dir = out_dir / "trial.log", out_dir / "logs"
+    shutil.rmtree(logs_dir, ignore_errors=True)  # a resumed trial's earlier attempt's
     started = time.time()
     with open(log_path, "a") as log, quantize_once(root, cfg) as quantized, \
             gpu_lease(Path(cfg.trial.jit_cache_dir).expanduser()) as lease:
         env = {**os.environ, **lease.env, SWEEP_TRIAL_ENV["mlflow.parentRunId"]: record.parent_id() or "",
-               SWEEP_TRIAL_ENV["soarlab.trial"]: key}
+               SWEEP_TRIAL_ENV["soarlab.trial"]: key, TRIAL_LOGS_ENV: str(logs_dir.resolve())}
         remote = dvc_remote(root, cfg.trial.remote, env)
         returncode = _run_experiment(root, name, overrides, env, float(cfg.trial.timeout_s), log, quantized,
                                      pull=remote is not None)
@@ -187,7 +188,8 @@ def run_trial(cfg: DictConfig) -> float | None:
             "soarlab.trial_ended": f"{time.time():.3f}", "soarlab.trial_log": str(log_path)}
     result = _result(root, name, overrides, returncode, log_path, cfg, float(cfg.trial.timeout_s))
     if result.failure is not None:
-        result.run_id = record.record_failure(overrides, result.failure, tags)
+        result.run_id = record.record_failure(overrides, result.failure, tags,
+                                              logs=[log_path, *sorted(logs_dir.glob("*"))])
     else:
         result.run_id = record.child_run(key)
         for tag, value in tags.items():
