@@ -28,8 +28,10 @@ step() {  # step NAME COMMAND...: run it, log to $WORK/NAME.log, print one line
         local why; why=$(grep -v '^\s*$' "$WORK/$name.log" | tail -1 | cut -c1-160)
         printf '%-28s FAIL  %5ss  %s (log %s)\n' "$name" $((SECONDS - t0)) "$why" "$WORK/$name.log" | tee -a "$TABLE"
         failed=1
+        return 1
     fi
 }
+need() { step "$@" || { log "newcomer: stopped: the steps after $1 need it"; exit 1; }; }
 in_box() { podman exec -w /home/newcomer/soarlab "$NAME" bash -c "$1"; }
 # Podman here as soarlab runs it (soarlab/container.py): runc, and ulimits at the host's hard limits.
 export CONTAINERS_CONF=$WORK/containers.conf
@@ -63,6 +65,7 @@ start_box() {
     done
     mkdir -p /root/.cache/pip && mounts+=(-v /root/.cache/pip:/root/.cache/pip)
     # privileged with its own container storage: the test suite builds and runs the serving image inside
+    mkdir -p "$WORK/containers"
     podman run -d --name "$NAME" --network host --privileged -v "$WORK/containers:/var/lib/containers" \
         -e PIP_DISABLE_PIP_VERSION_CHECK=1 "${mounts[@]}" "$BASE" sleep infinity >/dev/null
 }
@@ -97,16 +100,16 @@ host_container() {
 }
 
 log "newcomer: working in $WORK (kept afterwards: logs, the clone)"
-step base-image base_image
-step clone clone
-step start-container start_box
-step readme-main-command in_box "${README_COMMANDS[0]}"
+need base-image base_image
+need clone clone
+need start-container start_box
+need readme-main-command in_box "${README_COMMANDS[0]}"
 step readme-test-command in_box "${README_COMMANDS[1]}"
 step sweep sweep
 step dvc-exp-show scores
 step leaderboard leaderboard
 step noop-dvc-repro noop_repro
-step host-setup host_setup
+need host-setup host_setup
 step host-container-launcher host_container
 echo "newcomer: $(grep -c ' ok ' "$TABLE") of $(wc -l <"$TABLE") steps ok; logs in $WORK"
 exit $failed
