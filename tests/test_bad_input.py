@@ -285,6 +285,7 @@ def test_full_disk_during_package_is_one_short_line_naming_the_disk(source_proje
 
 
 @pytest.mark.parametrize("quant", ["rtn_w4", "none"])  # GPTQModel's writer; a plain copy of the weights
+@pytest.mark.slow
 def test_full_disk_during_prepare_model_names_the_disk(tiny_model_dir, source_project, quant):
     """GPTQModel's writer raised a full disk's error naming no file: the line named no disk."""
     disk = Path(tempfile.mkdtemp(dir="/tmp")) / "disk"  # a path of usual length

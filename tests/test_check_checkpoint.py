@@ -12,6 +12,9 @@ from safetensors.torch import load_file, save_file
 from soarlab.config import compose
 from soarlab.quant.check import check_checkpoint
 
+# Each test here quantizes the tiny model with real GPTQModel (or takes a module fixture that does).
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def good(tiny_model_dir, tmp_path_factory):

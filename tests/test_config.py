@@ -119,6 +119,7 @@ def test_a_stage_refuses_a_bad_params_yaml_before_it_starts(tmp_path):
     assert proc.stderr.count("\n") == 1 and "config key engine.port" in proc.stderr and "'notaport'" in proc.stderr
 
 
+@pytest.mark.slow
 def test_dvc_exp_run_with_a_bad_value_stops_before_any_stage_work(tmp_path):
     """Real DVC: `dvc exp run -S` composes params.yaml itself; the first stage refuses it in one line."""
     from conftest import make_project

@@ -25,7 +25,7 @@ from soarlab.errors import SoarError
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ("podman", "runc", "mmdebstrap")
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.container]
 
 
 def ensure_podman() -> None:

@@ -22,7 +22,7 @@ from soarlab.datasets.soar import file_sha256
 
 from conftest import make_project
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 FAST_S, SLOW_S = 0.01, 0.03
 # The served answers are the loopback's, so the tiny model is neither trained nor quantized (CPU time).

@@ -8,6 +8,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from conftest import ROOT, make_project
@@ -35,6 +36,7 @@ def test_lock_code_and_params_hashes_match_the_tree(tmp_path):
     assert stale == [], "dvc.lock is older than the tree; run `dvc repro` and commit dvc.lock: " + "; ".join(stale)
 
 
+@pytest.mark.slow
 def test_fetch_stages_reproduce_the_committed_outputs(tmp_path):
     """A fresh clone's fetch-model and fetch-data write the bytes the committed lock records, on any CPU
     (the tiny model is shipped, the data generated from it deterministically)."""

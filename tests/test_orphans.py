@@ -184,6 +184,7 @@ def test_spawned_child_dies_with_its_parent_even_on_sigkill(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_two_queued_experiments_with_the_default_port_both_succeed(tmp_path):
     """`dvc queue start -j 2` with engine.port left at its default: both evaluate stages serve at once, the
     second on a free port (issue 12, part 3). Real DVC, real `transformers serve`."""

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import make_project
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 
 @pytest.fixture(scope="module")

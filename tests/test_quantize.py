@@ -13,6 +13,9 @@ from omegaconf import OmegaConf
 from soarlab.config import compose
 from soarlab.errors import SoarError
 
+# Each test here quantizes the tiny model with real GPTQModel (or takes a module fixture that does).
+pytestmark = pytest.mark.slow
+
 PRESETS = ("gptq_w4", "gptq_w4_mixed", "gptq_w8", "rtn_w4", "none")
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -24,7 +24,7 @@ import pytest
 
 from conftest import make_fresh_project
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 SMALL = ["bench.dataset.num_requests=4", "eval.limit=4", "score.c_floor=1.0", "quant=rtn_w4"]
 

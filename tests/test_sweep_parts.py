@@ -131,6 +131,7 @@ def test_parent_run_logs_a_space_that_adds_a_flag(tmp_path):
                       "space.engine.server_args.chunked-prefill-size": "4096"}
 
 
+@pytest.mark.slow
 def test_sweep_help_on_a_fresh_clone_without_dvc_on_path(tmp_path):
     """A clone whose DVC cache is empty (the committed dvc.lock names outputs made elsewhere), and
     `.venv/bin/soarlab` called without an activated venv: --help prints Hydra's help, never a refusal,
