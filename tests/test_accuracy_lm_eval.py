@@ -21,7 +21,7 @@ import pytest
 from aiohttp import web
 from omegaconf import OmegaConf
 
-from soarlab.accuracy.dataset import EMBEDDED
+from soarlab.datasets.embedded import CORRECTNESS as EMBEDDED
 from soarlab.config import compose
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,7 +97,8 @@ def perfect_answer(question: str) -> str:
 
 def test_lm_eval_run_sends_the_official_request_and_scores_every_row(tiny_model_dir):
     from soarlab.accuracy.runner import run_correctness
-    from soarlab.accuracy.scoring import read_correctness_set, score_rows
+    from soarlab.accuracy.scoring import score_rows
+    from soarlab.datasets.correctness import read_correctness_set
 
     data = rows()
     failing = data[0]["question"]  # an mcq row: fails on every attempt
@@ -165,7 +166,7 @@ def test_stage_evaluate_writes_ci_and_skips_loglikelihood_tasks_without_echo(tin
 def test_fetch_correctness_set_sources(tmp_path, monkeypatch):
     import hashlib
 
-    from soarlab.accuracy import dataset
+    from soarlab.datasets import correctness as dataset
     from soarlab.errors import SoarError
 
     dest = tmp_path / "data" / "correctness.jsonl"
@@ -236,7 +237,7 @@ def test_accuracy_stage_against_transformers_serve(tiny_model_dir, tmp_path, mon
     lm-eval runs a few rows through it, the reports are written. Untrained: the scores are not checked."""
     import shutil
 
-    from soarlab.accuracy.dataset import fetch_correctness_set
+    from soarlab.datasets.correctness import fetch_correctness_set
     from soarlab.stages import accuracy
 
     shutil.copytree(ROOT / "conf", tmp_path / "conf")

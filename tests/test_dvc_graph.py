@@ -140,3 +140,66 @@ def test_every_module_is_some_stage_code_or_a_tool():
         if p not in used | helpers and ".".join(p.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__") not in HARNESS
     )
     assert not orphans, f"modules that neither a stage nor a command runs: {orphans}"
+
+
+def imported_modules(name: str) -> set[str]:
+    """The soarlab modules `name` names in an import (also inside functions), without the parent packages
+    Python runs on the way: those are how packages load, not a dependency of one module on another."""
+    tree = ast.parse(module_file(name).read_text())
+    package = name if module_file(name).name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            named = {f"{base}.{a.name}" for a in node.names if module_file(f"{base}.{a.name}")}
+            found |= named or {base}
+    return {m for m in found if m.startswith("soarlab") and module_file(m) and m != name}
+
+
+def all_modules() -> list[str]:
+    return sorted(".".join(p.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
+                  for p in PKG.rglob("*.py"))
+
+
+def test_the_import_graph_has_no_cycle():
+    """Layers point one way: e.g. decide uses tracking, tracking never decide. A cycle is reported as its path."""
+    graph = {m: imported_modules(m) for m in all_modules()}
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+
+    def visit(module: str, path: list[str]) -> list[str] | None:
+        state[module] = 1
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == 1:
+                return path[path.index(target):] + [target] if target in path else [module, target]
+            if target not in state:
+                cycle = visit(target, path + [target])
+                if cycle:
+                    return cycle
+        state[module] = 2
+        return None
+
+    for module in graph:
+        if module not in state:
+            cycle = visit(module, [module])
+            assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
+
+
+def test_no_module_imports_a_private_name():
+    """`_name` is a module's own business: another module (ours or a library's) importing it breaks when
+    that module changes. Covers `from x import _y` and `x._y` modules, in src/ and the Hydra plugin."""
+    private = []
+    for path in SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                names = (node.module or "").split(".") + [a.name for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [part for a in node.names for part in a.name.split(".")]
+            else:
+                continue
+            if any(n.startswith("_") and not n.startswith("__") for n in names):
+                private.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not private, f"imports of private names: {private}"

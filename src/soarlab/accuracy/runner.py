@@ -72,7 +72,7 @@ def _quiet_lm_eval() -> None:
     drop("lm_eval.evaluator", r"^generation_kwargs: .* specified through cli",
          "the generation settings (greedy, max tokens, EOS stops) are ours on purpose, from eval.* (RULES.md 3)")
     drop("lm_eval.api.task", r"Custom kwargs can be passed to `--metadata`",
-         "the task's dataset is our file, named in dataset_kwargs; it takes no metadata")
+         "the task's dataset is our file, passed as task metadata by run_correctness")
 
 
 def run_correctness(
@@ -84,22 +84,21 @@ def run_correctness(
     """
     import lm_eval
     from lm_eval.tasks import TaskManager
-    from lm_eval.tasks._yaml_loader import load_yaml  # lm-eval 0.4.13 (pinned); resolves `!function` hooks
 
     from soarlab.accuracy.client import eos_stop_strings, parse_failed
 
     _quiet_lm_eval()
     stop = eos_stop_strings(model_dir)
-    manager = TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
-    entry = manager.task_index.get(CORRECTNESS_TASK)
-    if entry is None or entry.yaml_path is None:  # pragma: no cover - packaging error
+    # The data file reaches the task's custom_dataset hook as task metadata (lm-eval's public way to
+    # pass a custom dataset its arguments), so the task yaml is never read or patched here.
+    manager = TaskManager(include_path=str(TASKS_DIR), include_defaults=False,
+                          metadata={"correctness_file": str(Path(data_file).resolve())})
+    if CORRECTNESS_TASK not in manager.all_tasks:  # pragma: no cover - packaging error
         raise SoarError(f"lm-eval task {CORRECTNESS_TASK} not found under {TASKS_DIR}", "reinstall soarlab (pip install -e .)")
-    task_cfg = load_yaml(entry.yaml_path, resolve_func=True)
-    task_cfg["dataset_kwargs"] = {"data_files": {"test": str(Path(data_file).resolve())}}
     lm = _chat_model(base_url, model, eval_cfg)
     results = lm_eval.simple_evaluate(
         model=lm,
-        tasks=[task_cfg],
+        tasks=[CORRECTNESS_TASK],
         task_manager=manager,
         apply_chat_template=True,
         gen_kwargs=correctness_gen_kwargs(eval_cfg, stop),

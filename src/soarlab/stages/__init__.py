@@ -11,7 +11,7 @@ from soarlab.config import load_params
 
 
 def run_stage_cli(args) -> int:
-    from soarlab.decide.run_page import record_stage_time
+    from soarlab.tracking.stage_times import record_stage_time
 
     module = importlib.import_module(f"soarlab.stages.{args.name.replace('-', '_')}")
     cfg = load_params(args.params)  # validated (soarlab.schema): a bad engine.port fails every stage at once
