@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-STAGES = ("fetch-model", "fetch-data", "quantize", "package", "evaluate", "reference", "score", "track")
+STAGES = ("inputs", "fetch-model", "fetch-data", "quantize", "package", "evaluate", "reference", "score", "track")
 
 
 def main() -> int:

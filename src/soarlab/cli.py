@@ -14,7 +14,7 @@ import traceback
 from soarlab.domain import LEVELS
 from soarlab.errors import error_line
 
-STAGES = ("fetch-model", "fetch-data", "quantize", "package", "evaluate", "bench", "accuracy", "reference", "score", "track")
+STAGES = ("inputs", "fetch-model", "fetch-data", "quantize", "package", "evaluate", "bench", "accuracy", "reference", "score", "track")
 
 
 def _handler(target: str):
