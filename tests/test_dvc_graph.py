@@ -65,10 +65,22 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
+def _package(name: str) -> str:
+    return name if module_file(name).name == "__init__.py" else name.rpartition(".")[0]
+
+
+def _imported(node: ast.ImportFrom, package: str) -> tuple[str, set[str]]:
+    """(the module a `from ... import` names, relative ones resolved; the submodules among its names)."""
+    base = node.module or ""
+    if node.level:
+        base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+    return base, {f"{base}.{a.name}" for a in node.names if module_file(f"{base}.{a.name}")}
+
+
 def direct_uses(name: str) -> set[str]:
     """The soarlab modules `name` imports or runs with `-m`, with the parent packages Python runs on the way."""
     tree = ast.parse(module_file(name).read_text())
-    package = name if module_file(name).name == "__init__.py" else name.rpartition(".")[0]
+    package = _package(name)
     found: set[str] = set()
     # Imports under `if TYPE_CHECKING:` never run; they are for the type checker only.
     typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and _is_type_checking(node.test)
@@ -79,11 +91,8 @@ def direct_uses(name: str) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
-            found.add(base)
-            found.update(f"{base}.{a.name}" for a in node.names if module_file(f"{base}.{a.name}"))
+            base, named = _imported(node, package)
+            found |= {base} | named
         elif isinstance(node, (ast.List, ast.Tuple)):
             items = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
             found.update(items[i + 1] for i, v in enumerate(items[:-1]) if v == "-m" and isinstance(items[i + 1], str))
@@ -216,7 +225,7 @@ def test_every_module_is_some_stage_code_or_a_tool():
     helpers = {PKG / "bench" / "loopback.py"}  # the local streaming server of the tests and scripts/
     orphans = sorted(
         str(p.relative_to(ROOT)) for p in PKG.rglob("*.py")
-        if p not in used | helpers and ".".join(p.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__") not in HARNESS
+        if p not in used | helpers and module_of(p) not in HARNESS
     )
     assert not orphans, f"modules that neither a stage nor a command runs: {orphans}"
 
@@ -225,23 +234,19 @@ def imported_modules(name: str) -> set[str]:
     """The soarlab modules `name` names in an import (also inside functions), without the parent packages
     Python runs on the way: those are how packages load, not a dependency of one module on another."""
     tree = ast.parse(module_file(name).read_text())
-    package = name if module_file(name).name == "__init__.py" else name.rpartition(".")[0]
+    package = _package(name)
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
-            named = {f"{base}.{a.name}" for a in node.names if module_file(f"{base}.{a.name}")}
+            base, named = _imported(node, package)
             found |= named or {base}
     return {m for m in found if m.startswith("soarlab") and module_file(m) and m != name}
 
 
 def all_modules() -> list[str]:
-    return sorted(".".join(p.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
-                  for p in PKG.rglob("*.py"))
+    return sorted(module_of(p) for p in PKG.rglob("*.py"))
 
 
 def test_the_import_graph_has_no_cycle():

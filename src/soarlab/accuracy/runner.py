@@ -149,6 +149,32 @@ def supports_echo_logprobs(base_url: str, model: str, timeout: float = 60.0) -> 
     return True, "ok"
 
 
+def _completions_model(base_url: str, model: str, model_dir: str | Path, eval_cfg: Mapping):
+    """lm-eval's client of /v1/completions, for loglikelihood tasks (prompt logprobs through echo)."""
+    from lm_eval.models.openai_completions import LocalCompletionsAPI
+
+    return LocalCompletionsAPI(
+        base_url=f"{api_root(base_url)}/v1/completions",
+        model=model,
+        tokenizer_backend="huggingface",
+        tokenizer=str(model_dir),
+        trust_remote_code=True,
+        num_concurrent=int(eval_cfg["num_concurrent"]),
+        max_retries=1 + int(eval_cfg["retries"]),
+        timeout=int(eval_cfg["timeout_s"]),
+    )
+
+
+def _task_metrics(results: dict, name: str) -> dict:
+    """Flat metrics of one standard task (its subtasks prefixed by their names), stderr left out."""
+    metrics = {}
+    for task_name, values in results["results"].items():
+        for key, value in values.items():
+            if isinstance(value, (int, float)) and "_stderr" not in key and "," in key:
+                metrics[f"{task_name}.{key.split(',')[0]}" if task_name != name else key.split(",")[0]] = value
+    return metrics
+
+
 def run_standard_tasks(base_url: str, model: str, model_dir: str | Path, eval_cfg: Mapping, api: str) -> dict:
     """eval.tasks (names of lm-eval tasks): generation tasks via chat completions, loglikelihood via completions.
 
@@ -170,13 +196,10 @@ def run_standard_tasks(base_url: str, model: str, model_dir: str | Path, eval_cf
             out[name] = {"status": "skipped", "reason": f"lm-eval could not load it: {exc}"}
             log.warning("standard task %s skipped: %s", name, exc)
             continue
-        generative = all(t.get_config("output_type") == "generate_until" for t in loaded["tasks"].values())
-        if generative:
-            lm = _chat_model(base_url, model, eval_cfg)
-            kwargs = {"apply_chat_template": True}
+        if all(t.get_config("output_type") == "generate_until" for t in loaded["tasks"].values()):
+            lm, kwargs = _chat_model(base_url, model, eval_cfg), {"apply_chat_template": True}
         else:
-            if echo_ok is None:
-                echo_ok = supports_echo_logprobs(base_url, model)
+            echo_ok = echo_ok or supports_echo_logprobs(base_url, model)
             if not echo_ok[0]:
                 reason = (
                     f"loglikelihood task needs prompt logprobs (echo) from /v1/completions, which this engine "
@@ -185,32 +208,8 @@ def run_standard_tasks(base_url: str, model: str, model_dir: str | Path, eval_cf
                 out[name] = {"status": "skipped", "reason": reason}
                 log.warning("standard task %s skipped: %s", name, reason)
                 continue
-            from lm_eval.models.openai_completions import LocalCompletionsAPI
-
-            lm = LocalCompletionsAPI(
-                base_url=f"{api_root(base_url)}/v1/completions",
-                model=model,
-                tokenizer_backend="huggingface",
-                tokenizer=str(model_dir),
-                trust_remote_code=True,
-                num_concurrent=int(eval_cfg["num_concurrent"]),
-                max_retries=1 + int(eval_cfg["retries"]),
-                timeout=int(eval_cfg["timeout_s"]),
-            )
-            kwargs = {}
-        results = lm_eval.simple_evaluate(
-            model=lm,
-            tasks=[name],
-            task_manager=manager,
-            limit=eval_cfg.standard_limit,
-            bootstrap_iters=0,
-            log_samples=False,
-            **kwargs,
-        )
-        metrics = {}
-        for task_name, values in results["results"].items():
-            for key, value in values.items():
-                if isinstance(value, (int, float)) and "_stderr" not in key and "," in key:
-                    metrics[f"{task_name}.{key.split(',')[0]}" if task_name != name else key.split(",")[0]] = value
-        out[name] = {"status": "ok", "metrics": metrics}
+            lm, kwargs = _completions_model(base_url, model, model_dir, eval_cfg), {}
+        results = lm_eval.simple_evaluate(model=lm, tasks=[name], task_manager=manager, limit=eval_cfg.standard_limit,
+                                          bootstrap_iters=0, log_samples=False, **kwargs)
+        out[name] = {"status": "ok", "metrics": _task_metrics(results, name)}
     return out
