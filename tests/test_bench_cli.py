@@ -53,6 +53,14 @@ def test_cli_auto_probe_runs_a_level(api, speed_set, tiny_model_dir, tmp_path, m
     assert (tmp_path / "S8.requests.jsonl").is_file() and (tmp_path / "bench.png").is_file()
 
 
+def test_cli_writes_under_paths_reports_by_default(speed_set, tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    with LoopbackServer(api="sglang", model=str(tiny_model_dir)) as srv:
+        rc = main(["bench", "--url", srv.base_url, "--dataset", str(speed_set), "--level", "S1",
+                   *_overrides(f"paths.reports={tmp_path}", "bench.plot=false")])
+    assert rc == 0 and json.loads((tmp_path / "bench" / "S1.json").read_text())["valid"]
+
+
 def test_cli_clear_errors(speed_set, tiny_model_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
     rc = main(["bench", "--url", "http://127.0.0.1:9", "--dataset", str(speed_set), "--level", "S1", *_overrides()])

@@ -85,7 +85,8 @@ def bench_cli(args) -> int:
     from soarlab.config import compose
     from soarlab.datasets.speed import load_tokenizer
 
-    bench = compose(args.overrides).bench
+    cfg = compose(args.overrides)
+    bench, output_dir = cfg.bench, args.output_dir or str(Path(cfg.paths.reports) / "bench")
     base_url = args.url.rstrip("/")
     if not _reachable(base_url, float(bench.connect_timeout_s)):
         raise SoarError(f"no server answers at {base_url} within {bench.connect_timeout_s} s (bench.connect_timeout_s)",
@@ -102,8 +103,8 @@ def bench_cli(args) -> int:
     model = bench.model or (named if api == "openai" else None)
     server = Server(base_url, api, model=model)
     report, rows = run_level(server, requests, args.level, bench.levels[args.level], bench, tokenizer, info)
-    write_level(args.output_dir, report, rows)
-    write_summary(args.output_dir, make_plot=bool(bench.plot))
-    print_level(report, args.output_dir)
+    write_level(output_dir, report, rows)
+    write_summary(output_dir, make_plot=bool(bench.plot))
+    print_level(report, output_dir)
     return 0 if report.valid else 1
 
