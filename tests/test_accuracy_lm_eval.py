@@ -153,7 +153,7 @@ def test_stage_evaluate_writes_ci_and_skips_loglikelihood_tasks_without_echo(tin
     with FakeChatServer(half_right) as fake:
         server = Server(base_url=fake.base_url, api="openai", model="tiny", supports_ignore_eos=False)
         summary, records = evaluate(server, EMBEDDED, tiny_model_dir, cfg)
-        ok, why = runner.supports_echo_logprobs(fake.base_url, "tiny")
+        ok, why = runner.supports_echo_logprobs(fake.base_url, "tiny", 10)
     assert not ok and "ignores echo" in why  # the server answered; a probe decided, not the engine's name
     assert summary["per_task"]["cwe"]["accuracy"] == 0.0
     assert summary["per_task"]["niah"]["accuracy"] == 100.0
@@ -179,7 +179,8 @@ def test_fetch_correctness_set_sources(tmp_path, monkeypatch):
         dataset.fetch_correctness_set({"source": "file", "path": str(bad)}, dest)
     assert dest.read_bytes() == EMBEDDED.read_bytes()  # the old file is untouched
 
-    unpinned = {"source": "github", "repo": "o/r", "file": "f", "commit": None, "git_blob_sha1": None, "sha256": None}
+    unpinned = {"source": "github", "repo": "o/r", "file": "f", "commit": None, "git_blob_sha1": None, "sha256": None,
+                "download_timeout_s": 10}
     with pytest.raises(SoarError, match="commit is not set"):
         dataset.fetch_correctness_set(unpinned, dest)
     with pytest.raises(SoarError, match="neither git_blob_sha1 nor sha256"):

@@ -42,7 +42,7 @@ def speed_set(tiny_tokenizer, tmp_path_factory):
 def test_cli_auto_probe_runs_a_level(api, speed_set, tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     with LoopbackServer(api=api, model=str(tiny_model_dir)) as srv:
-        assert probe_api(srv.base_url) == api
+        assert probe_api(srv.base_url, 5) == api
         rc = main(["bench", "--url", srv.base_url, "--dataset", str(speed_set), "--level", "S8",
                    "--output-dir", str(tmp_path), *_overrides()])
     assert rc == 0

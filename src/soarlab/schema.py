@@ -178,6 +178,7 @@ class BenchGroup(Group):
     warmup_requests: Count
     warmup_max_tokens: PositiveInt
     flush_cache: bool
+    flush_timeout_s: Seconds
     pause_after_flush_s: Pause
     temperature: Pause
     length_control: Literal["auto", "ignore_eos", "generation_config"]
@@ -200,6 +201,7 @@ class CorrectnessSource(Group):
     commit: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")] | None
     git_blob_sha1: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")] | None
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None
+    download_timeout_s: Seconds
 
 
 class Bootstrap(Group):

@@ -128,7 +128,7 @@ def _standard_task_manager():
     return TaskManager()
 
 
-def supports_echo_logprobs(base_url: str, model: str, timeout: float = 60.0) -> tuple[bool, str]:
+def supports_echo_logprobs(base_url: str, model: str, timeout: float) -> tuple[bool, str]:
     """Ask /v1/completions for prompt logprobs (echo); lm-eval's loglikelihood tasks need them."""
     import requests
 
@@ -199,7 +199,7 @@ def run_standard_tasks(base_url: str, model: str, model_dir: str | Path, eval_cf
         if all(t.get_config("output_type") == "generate_until" for t in loaded["tasks"].values()):
             lm, kwargs = _chat_model(base_url, model, eval_cfg), {"apply_chat_template": True}
         else:
-            echo_ok = echo_ok or supports_echo_logprobs(base_url, model)
+            echo_ok = echo_ok or supports_echo_logprobs(base_url, model, float(eval_cfg["timeout_s"]))
             if not echo_ok[0]:
                 reason = (
                     f"loglikelihood task needs prompt logprobs (echo) from /v1/completions, which this engine "

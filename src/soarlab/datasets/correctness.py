@@ -63,7 +63,7 @@ def read_correctness_set(path: str | Path) -> list[dict]:
     return rows
 
 
-def _download(url: str, target: Path, timeout: float = 120.0) -> None:
+def _download(url: str, target: Path, timeout: float) -> None:
     import requests
 
     try:
@@ -112,7 +112,7 @@ def fetch_correctness_set(dataset_cfg: Mapping, dest: str | Path) -> Path:
         elif source == "github":
             url = RAW_URL.format(repo=dataset_cfg["repo"], commit=dataset_cfg["commit"], file=dataset_cfg["file"])
             pinned = _pinned_hashes(dataset_cfg)
-            _download(url, tmp)
+            _download(url, tmp, float(dataset_cfg["download_timeout_s"]))
             for name, (digest, expected) in pinned.items():
                 got = digest(tmp)
                 if got != expected:
