@@ -5,7 +5,8 @@ the sub-configs passed by their usual names (`qcfg` is `quant`, `eval_cfg` is `e
 names bound to such a chain (`ref = cfg.score.reference`), is resolved against soarlab.schema.SoarConfig:
 each key must be a field of the model it is read from (for the engine union: of some engine). A key that
 is not there reads as nothing on a DictConfig `.get`, and a test of the default config would not notice.
-The sweep's own keys (`trial.*`, `hydra.*` of conf/sweep_app.yaml) are outside SoarConfig and skipped.
+The sweep's `trial.*` (conf/sweep_app.yaml) resolve against soarlab.schema.SweepTrial; `hydra.*` is
+Hydra's own and skipped.
 """
 
 from __future__ import annotations
@@ -15,17 +16,20 @@ import types
 import typing
 from pathlib import Path
 
+import pytest
+import yaml
 from pydantic import BaseModel
 
 from conftest import ROOT
-from soarlab.schema import SoarConfig
+from soarlab.errors import SoarError
+from soarlab.schema import SoarConfig, SweepTrial, validate_trial
 
 PKG = ROOT / "src" / "soarlab"
 # Names the code gives the config and its groups (parameters and locals), and where each points.
 ROOTS = {"cfg": (), "qcfg": ("quant",), "eval_cfg": ("eval",), "bench_cfg": ("bench",), "score_cfg": ("score",),
          "model_cfg": ("model",), "bootstrap_cfg": ("eval", "bootstrap")}
 AMBIGUOUS = {"dataset_cfg": [("bench", "dataset"), ("eval", "dataset")]}  # either data set's group
-SWEEP_KEYS = {"trial", "hydra"}
+HYDRA_KEYS = {"hydra"}
 METHODS = {"get", "items", "keys", "values", "pop", "copy"}
 
 
@@ -111,7 +115,7 @@ def test_no_module_reads_a_key_outside_the_schema():
     for path in sorted(PKG.rglob("*.py")):
         by_root = {}
         for line, keys in reads(path):
-            if keys[0] in SWEEP_KEYS or resolves(SoarConfig, keys):
+            if keys[0] in HYDRA_KEYS or resolves(SoarConfig, keys) or (keys[0] == "trial" and resolves(SweepTrial, keys[1:])):
                 continue
             by_root.setdefault(tuple(keys), line)
         unknown += [f"{path.relative_to(ROOT)}:{line}: {'.'.join(k)}" for k, line in by_root.items()]
@@ -126,3 +130,12 @@ def _fits_another_dataset(item: str) -> bool:
         return False
     other = "eval" if keys[0] == "bench" else "bench"
     return resolves(SoarConfig, [other, *keys[1:]])
+
+
+def test_the_sweeps_trial_keys_are_typed():
+    trial = yaml.safe_load((ROOT / "conf" / "sweep_app.yaml").read_text())["trial"]
+    assert validate_trial(trial).always == ["engine.port=0"]
+    with pytest.raises(SoarError, match=r"trial\.timeout_s .*greater than 0"):
+        validate_trial({**trial, "timeout_s": -1})
+    with pytest.raises(SoarError, match=r"trial\.retries .*unknown key"):
+        validate_trial({**trial, "retries": 2})

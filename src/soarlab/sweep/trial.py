@@ -26,6 +26,7 @@ from soarlab.engines.process import stop_process
 from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
 from soarlab.paths import project_root
+from soarlab.schema import validate_trial
 from soarlab.sweep.lease import gpu_lease, try_lock
 from soarlab.sweep.record import SweepRecord, TrialResult, experiment_name, override_key, trial_key
 from soarlab.tracking.tags import SWEEP_TRIAL_ENV
@@ -160,6 +161,7 @@ def experiment_score(root: Path, name: str, score_path: str) -> dict | None:
 def run_trial(cfg: DictConfig) -> float | None:
     """Hydra's task function: run one trial (or recall it, when a resumed sweep already finished it)
     and return its objective (None for a failed trial)."""
+    validate_trial(cfg.trial)  # a bad trial.* fails here, in one line, before any work
     hydra_cfg = HydraConfig.get()
     root = project_root(hydra_cfg.runtime.cwd)
     sweep = os.environ[SWEEP_TRIAL_ENV["soarlab.sweep"]]
