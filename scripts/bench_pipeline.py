@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-STAGES = ("check-params", "fetch-model", "fetch-data", "quantize", "package", "evaluate", "reference", "score", "track")
+STAGES = ("check-params", "inputs", "fetch-model", "fetch-data", "quantize", "package", "evaluate", "reference", "score", "track")
 
 
 def main() -> int:

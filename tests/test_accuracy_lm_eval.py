@@ -21,7 +21,7 @@ import pytest
 from aiohttp import web
 from omegaconf import OmegaConf
 
-from soarlab.accuracy.dataset import EMBEDDED
+from soarlab.datasets.embedded import CORRECTNESS as EMBEDDED
 from soarlab.config import compose
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,7 +107,8 @@ def perfect_answer(question: str) -> str:
 
 def test_lm_eval_run_sends_the_official_request_and_scores_every_row(tiny_model_dir):
     from soarlab.accuracy.runner import run_correctness
-    from soarlab.accuracy.scoring import read_correctness_set, score_rows
+    from soarlab.accuracy.scoring import score_rows
+    from soarlab.datasets.correctness import read_correctness_set
 
     data = rows()
     failing = data[0]["question"]  # an mcq row: fails on every attempt
@@ -162,7 +163,7 @@ def test_stage_evaluate_writes_ci_and_skips_loglikelihood_tasks_without_echo(tin
     with FakeChatServer(half_right) as fake:
         server = Server(base_url=fake.base_url, api="openai", model="tiny", supports_ignore_eos=False)
         summary, records = evaluate(server, EMBEDDED, tiny_model_dir, cfg)
-        ok, why = runner.supports_echo_logprobs(fake.base_url, "tiny")
+        ok, why = runner.supports_echo_logprobs(fake.base_url, "tiny", 10)
     assert not ok and "ignores echo" in why  # the server answered; a probe decided, not the engine's name
     assert summary["per_task"]["cwe"]["accuracy"] == 0.0
     assert summary["per_task"]["niah"]["accuracy"] == 100.0
@@ -207,7 +208,7 @@ def test_sigterm_mid_accuracy_says_stopped_and_nothing_else(tiny_model_dir, tmp_
 def test_fetch_correctness_set_sources(tmp_path, monkeypatch):
     import hashlib
 
-    from soarlab.accuracy import dataset
+    from soarlab.datasets import correctness as dataset
     from soarlab.errors import SoarError
 
     dest = tmp_path / "data" / "correctness.jsonl"
@@ -220,7 +221,8 @@ def test_fetch_correctness_set_sources(tmp_path, monkeypatch):
         dataset.fetch_correctness_set({"source": "file", "path": str(bad)}, dest)
     assert dest.read_bytes() == EMBEDDED.read_bytes()  # the old file is untouched
 
-    unpinned = {"source": "github", "repo": "o/r", "file": "f", "commit": None, "git_blob_sha1": None, "sha256": None}
+    unpinned = {"source": "github", "repo": "o/r", "file": "f", "commit": None, "git_blob_sha1": None, "sha256": None,
+                "download_timeout_s": 10}
     with pytest.raises(SoarError, match="commit is not set"):
         dataset.fetch_correctness_set(unpinned, dest)
     with pytest.raises(SoarError, match="neither git_blob_sha1 nor sha256"):
@@ -278,7 +280,7 @@ def test_accuracy_stage_against_transformers_serve(tiny_model_dir, tmp_path, mon
     lm-eval runs a few rows through it, the reports are written. Untrained: the scores are not checked."""
     import shutil
 
-    from soarlab.accuracy.dataset import fetch_correctness_set
+    from soarlab.datasets.correctness import fetch_correctness_set
     from soarlab.stages import accuracy
 
     shutil.copytree(ROOT / "conf", tmp_path / "conf")

@@ -9,14 +9,13 @@ import pytest
 from soarlab.accuracy.scoring import (
     answer_part,
     bootstrap_ci,
-    check_gold,
     extract_mcq,
-    read_correctness_set,
     read_predictions,
     score_prediction,
     score_rows,
     summarize,
 )
+from soarlab.datasets.correctness import check_gold, read_correctness_set
 from soarlab.errors import SoarError
 
 SCORE_CFG = {
@@ -178,7 +177,7 @@ def test_read_predictions_formats(tmp_path):
 
 
 def test_embedded_set_is_valid_and_covers_all_tasks():
-    from soarlab.accuracy.dataset import EMBEDDED
+    from soarlab.datasets.embedded import CORRECTNESS as EMBEDDED
 
     rows = read_correctness_set(EMBEDDED)
     assert 30 <= len(rows) <= 40

@@ -42,7 +42,7 @@ def speed_set(tiny_tokenizer, tmp_path_factory):
 def test_cli_auto_probe_runs_a_level(api, speed_set, tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     with LoopbackServer(api=api, model=str(tiny_model_dir)) as srv:
-        assert probe_api(srv.base_url) == api
+        assert probe_api(srv.base_url, 5) == api
         rc = main(["bench", "--url", srv.base_url, "--dataset", str(speed_set), "--level", "S8",
                    "--output-dir", str(tmp_path), *_overrides()])
     assert rc == 0
@@ -51,6 +51,14 @@ def test_cli_auto_probe_runs_a_level(api, speed_set, tiny_model_dir, tmp_path, m
     assert report["method"]["length_control"] == ("ignore_eos" if api == "sglang" else "generation_config")
     assert json.loads((tmp_path / "metrics.json").read_text())["S8_duration_s"] > 0
     assert (tmp_path / "S8.requests.jsonl").is_file() and (tmp_path / "bench.png").is_file()
+
+
+def test_cli_writes_under_paths_reports_by_default(speed_set, tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    with LoopbackServer(api="sglang", model=str(tiny_model_dir)) as srv:
+        rc = main(["bench", "--url", srv.base_url, "--dataset", str(speed_set), "--level", "S1",
+                   *_overrides(f"paths.reports={tmp_path}", "bench.plot=false")])
+    assert rc == 0 and json.loads((tmp_path / "bench" / "S1.json").read_text())["valid"]
 
 
 def test_cli_clear_errors(speed_set, tiny_model_dir, tmp_path, monkeypatch, capsys):

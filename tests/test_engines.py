@@ -172,7 +172,7 @@ def test_sglang_machinery_with_stand_in(tmp_path, monkeypatch, stand_in, capsys)
         assert isinstance(server, Server)
         assert server.base_url == f"http://127.0.0.1:{port}"
         assert (server.api, server.supports_ignore_eos) == ("sglang", True)
-        assert server.flush_cache() is True
+        assert server.flush_cache(10) is True
         pid = _stand_in_pid(log)
         assert pid_alive(pid)
     assert not pid_alive(pid)
@@ -253,7 +253,7 @@ def test_port_in_use_gets_a_free_port_and_says_so(tmp_path, stand_in, monkeypatc
                         log_path=tmp_path / "a.log", startup_timeout_s=30) as first:
         with open_engine(engine_cfg("sglang", port=port), fake_model(tmp_path), tmp_path / "b.log") as server:
             second = int(server.base_url.rsplit(":", 1)[1])
-            assert second != port and server.flush_cache() is True
+            assert second != port and server.flush_cache(10) is True
         said = capsys.readouterr().err
         assert f"port {port} is taken (pid {first.pid})" in said and f"free port {second}" in said
 
@@ -268,7 +268,7 @@ def test_external_reachable_and_unreachable(tmp_path, stand_in, capsys):
         cfg = engine_cfg("external", url=f"http://127.0.0.1:{port}/", model="m")
         with open_engine(cfg, tmp_path, tmp_path / "unused.log") as server:
             assert (server.base_url, server.api, server.model) == (f"http://127.0.0.1:{port}", "sglang", "m")
-            assert server.supports_ignore_eos and server.flush_cache()
+            assert server.supports_ignore_eos and server.flush_cache(10)
         assert proc.poll() is None  # external: nothing stopped
     assert "server ready" not in capsys.readouterr().out  # nor timed: it was not started here
     dead = f"http://127.0.0.1:{free_port()}"
@@ -308,7 +308,7 @@ def test_transformers_serves_tiny_model(tiny_model_dir, tmp_path):
     with open_engine(cfg, tiny_model_dir, log) as server:
         assert (server.api, server.supports_ignore_eos) == ("openai", False)
         assert server.model == str(Path(tiny_model_dir).resolve())
-        assert server.flush_cache() is False
+        assert server.flush_cache(10) is False
         base = server.base_url
         # exact output length without ignore_eos: a per-request generation_config JSON string
         n = 12

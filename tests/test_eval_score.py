@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from soarlab.accuracy.dataset import EMBEDDED
+from soarlab.datasets.embedded import CORRECTNESS as EMBEDDED
 from soarlab.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

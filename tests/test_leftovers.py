@@ -73,7 +73,7 @@ def test_killed_runs_temp_outputs_are_listed_untracked_and_removed(project, tmp_
     # track never uploads them
     import mlflow
 
-    from soarlab.tracking import log_pipeline_run
+    from soarlab.tracking.pipeline_run import log_pipeline_run
 
     cfg = compose(["engine=external", "quant=none", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
                    "tracking.experiment=t"], root=ROOT)
@@ -153,7 +153,7 @@ def test_gptqmodel_logs_go_to_a_scratch_folder_that_is_removed(tmp_path):
 STORE_WRITER = """
 import sys, time
 from soarlab.config import compose
-from soarlab.tracking import log_pipeline_run
+from soarlab.tracking.pipeline_run import log_pipeline_run
 uri, reports, params, ready, n, root = sys.argv[1:]
 cfg = compose(["engine=external", "quant=none", f"tracking.uri={uri}", "tracking.experiment=race"], root=root)
 import mlflow, sqlalchemy  # imported before the barrier, so that the processes meet at store creation

@@ -150,7 +150,7 @@ def test_port_held_by_a_live_run_is_not_touched(tmp_path, state_dir, monkeypatch
     with open_engine(cfg, fake_model(tmp_path), tmp_path / "a.log") as first:
         with open_engine(cfg, fake_model(tmp_path), tmp_path / "b.log") as second:
             assert first.base_url.endswith(f":{port}") and not second.base_url.endswith(f":{port}")
-            assert first.flush_cache() and second.flush_cache()
+            assert first.flush_cache(10) and second.flush_cache(10)
             assert leftovers.stale_servers() == []
     assert "stale" not in capsys.readouterr().err
 

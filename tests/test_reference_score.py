@@ -16,7 +16,7 @@ from soarlab.config import compose
 from soarlab.datasets.soar import file_sha256
 from soarlab.errors import SoarError
 from soarlab.stages import reference, score
-from soarlab.tracking import log_pipeline_run
+from soarlab.tracking.pipeline_run import log_pipeline_run
 
 from conftest import ROOT
 

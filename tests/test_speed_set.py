@@ -73,6 +73,10 @@ def test_cli_writes_a_soar_format_set(tiny_model_dir, tiny_tokenizer, tmp_path):
     assert make_speed_set_cli(args) == 0
     rows = read_speed_set(out)
     assert len(rows) == 5 and set(json.loads(out.read_text().splitlines()[0])) == {"question", "model_response"}
+    # without --seed, bench.dataset.seed (the config's, not a second default in the CLI)
+    assert make_speed_set_cli(SimpleNamespace(**{**vars(args), "seed": None, "overrides": ["bench.dataset.seed=7"]})) == 0
+    written = [json.loads(line) for line in out.read_text().splitlines()]
+    assert written == make_speed_set(tiny_tokenizer, named_profile(PROFILES, "tiny"), 5, seed=7)
 
 
 def test_reader_errors_name_the_line(tmp_path):

@@ -199,9 +199,9 @@ def mlflow_server(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
-        while not is_healthy(url) and proc.poll() is None and time.monotonic() < deadline:
+        while not is_healthy(url, timeout=2) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(1)
-        assert is_healthy(url), "mlflow server did not start"
+        assert is_healthy(url, timeout=2), "mlflow server did not start"
         yield url
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

@@ -13,7 +13,9 @@ import pytest
 from soarlab.atomic import write_json
 from soarlab.config import compose
 from soarlab.paths import owning_project_root
-from soarlab.tracking import log_pipeline_run, recorded_durations, tracking_uri
+from soarlab.tracking.durations import recorded_durations
+from soarlab.tracking.pipeline_run import log_pipeline_run
+from soarlab.tracking.store import tracking_uri
 
 from conftest import ROOT
 
@@ -76,8 +78,7 @@ def test_dvc_temp_copy_logs_into_the_owning_project(tmp_path, monkeypatch):
 def test_run_name_shows_the_flag_two_sweep_trials_differ_in():
     """A group's keys are named against the group's own preset: trials of engine=sglang that differ in one
     serving flag get different names (seen on the H200 sweep, where both were 'none · engine=sglang')."""
-    from soarlab.decide.run_page import run_name
-    from soarlab.tracking import run_params
+    from soarlab.tracking.params import run_name, run_params
 
     def name(*overrides):
         cfg = compose(list(overrides))

@@ -15,7 +15,7 @@ checks (port free, no sglang process, GPU memory) run on every path, errors incl
 
     python3 scripts/gpu/engine_check.py --out $OUT [--levels S1,S8,Smax] [--profile 60k-0.5k]
         [--num-requests 8] [--context-length 67584] [--layers 32] [--attention-backend triton]
-(see scripts/README.md for the device call around it)
+(scripts/gpu/run.sh runs it as the step `engine`; scripts/README.md has the whole recipe)
 """
 
 from __future__ import annotations

@@ -7,12 +7,12 @@ reference (transformers + optimum + GPTQModel) computes from it, for `quant=gptq
 
     python scripts/gpu/marlin_check.py build        # CPU: model, prepare-model, check-checkpoint, pack .gpu/mq
     python scripts/gpu/marlin_check.py reference    # CPU: greedy references of bf16 and the checkpoint
-    python3 scripts/gpu/marlin_check.py serve --out $OUT   # GPU (scripts/README.md: the device call)
+    python3 scripts/gpu/marlin_check.py serve --out OUT    # GPU (scripts/gpu/run.sh runs it as the step `marlin`)
     python scripts/gpu/marlin_check.py compare DIR  # CPU: DIR holds the GPU run's results.json
 
 build: the small Llama of scripts/gpu/models.py (real random weights, `mixer_types` marks layer 0
 sparse, so the preset's rule puts layer 0's q/k/v at 8 bits), `prepare-model ... quant=gptq_w4_mixed`,
-`check-checkpoint`. Carried to the GPU (.gpu/mq): the checkpoint's small files, quant.safetensors (only
+`check-checkpoint`. Copied to the GPU host (.gpu/mq): the checkpoint's small files, quant.safetensors (only
 qweight/qzeros/scales/g_idx), manifest.json (sha256 of every tensor) and prompts.json. The bf16 tensors
 are regenerated there from the seed and checked against the manifest.
 
@@ -65,7 +65,7 @@ def unfused_dynamic(dynamic: dict) -> dict:
 
 
 def gpu_models(mq: Path, work: Path) -> dict:
-    """Rebuild bf16 and the checkpoint from the seed and the carried tensors; check every sha256."""
+    """Rebuild bf16 and the checkpoint from the seed and the copied tensors; check every sha256."""
     from safetensors.torch import load_file, save_file
 
     man = json.loads((mq / "manifest.json").read_text())
@@ -169,7 +169,7 @@ def serve(args) -> int:
         save()
 
     try:
-        # The small phases need the carried checkpoint (.gpu/mq); the TPOT phases alone need nothing carried.
+        # The small phases need the checkpoint built on the CPU (.gpu/mq); the TPOT phases alone need nothing copied.
         if any(name in selected for name in SMALL_PHASES):
             res["build"] = gpu_models(Path(args.inputs), work)
             if res["build"]["bf16_sha_mismatch"] or res["build"]["gptq_sha_mismatch"]:
@@ -217,7 +217,7 @@ def main() -> int:
     s.add_argument("--work", default="/tmp/marlin_check")
     s.add_argument("--jit-done", help="a file whose existence says the gptq_marlin JIT pre-warm finished")
     s.add_argument("--only", help="comma-separated phase names to run, e.g. "
-                   + ",".join(TPOT_PHASES) + " (TPOT only: no carried checkpoint needed)")
+                   + ",".join(TPOT_PHASES) + " (TPOT only: no checkpoint from the CPU needed)")
     c = sub.add_parser("compare")
     c.add_argument("dir", type=Path)
     args = ap.parse_args()

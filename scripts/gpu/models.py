@@ -1,12 +1,12 @@
 """Model folders the GPU recipes serve: Llama shapes SGLang 0.5.17 runs as they are.
 
-- `write_dummy_llama`: the Llama shape of shared/gpu/mkmodel.py (hidden 4096, 32 heads / 8 KV heads,
+- `write_dummy_llama`: a Llama-3-8B-like shape (hidden 4096, 32 heads / 8 KV heads,
   intermediate 14336, vocab 73448; 32 layers = 7.58 B parameters) for `--load-format dummy`, with a
   WordLevel `t<id>` tokenizer, optionally with the quantization_config SOAR Lab's own rules
   (soarlab.quant.rules) write for a quant preset. No weights: SGLang fills them with random numbers.
 - `SMALL` / `gen_weights` / `write_small_llama`: a small Llama with real random weights (hidden 1024,
   2 layers, vocab 2048 of soarlab.tiny's tokenizer), generated bit-stably from a seed, so the GPU side
-  rebuilds the bf16 model instead of carrying it, and checks it tensor by tensor against the CPU's sha256.
+  rebuilds the bf16 model instead of receiving it, and checks it tensor by tensor against the CPU's sha256.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
 #   bash scripts/gpu/pipeline_check.sh PROJECT OUT
 # PROJECT: a copy of the checkout's files (no .git needed: this makes the git repo DVC needs); OUT: results.
 # Environment: PY (default python3), BASE (what every trial gets), SWEEP, GIT_DEB (git's .deb, for a
-# machine without git). device.sh runs it as the step `pipeline`, with the packs on PYTHONPATH. On a CPU,
+# host without git). run.sh runs it as the step `pipeline`, with the packs on PYTHONPATH. On a CPU,
 # BASE="engine=transformers" (or engine=external) rehearses all of it but SGLang (scripts/README.md).
 set -euo pipefail
 SRC=$(cd "$1" && pwd)
@@ -28,11 +28,11 @@ mkdir -p "$WORK/bin"
 printf '#!/usr/bin/env bash\nexport PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"\nexec %s -m soarlab.cli "$@"\n' "$PY" > "$WORK/bin/soarlab"
 printf '#!/usr/bin/env bash\nexec %s -m dvc "$@"\n' "$PY" > "$WORK/bin/dvc"
 chmod +x "$WORK/bin/soarlab" "$WORK/bin/dvc"
-# The GPU machine reaches nothing: no hub lookups, no DVC usage reports.
+# The GPU host may be offline: no hub lookups, no DVC usage reports.
 export HF_HUB_OFFLINE=1 DVC_NO_ANALYTICS=1
 export PATH=$WORK/bin:$PATH GIT_AUTHOR_NAME=soarlab GIT_AUTHOR_EMAIL=soarlab@localhost
 export GIT_COMMITTER_NAME=soarlab GIT_COMMITTER_EMAIL=soarlab@localhost
-if ! command -v git > /dev/null; then  # DVC experiments need git: the one pack.sh carries, for an image without
+if ! command -v git > /dev/null; then  # DVC experiments need git: the .deb pack.sh adds, for a host without
   [ -f "${GIT_DEB:-}" ] || { echo "git is not on PATH and GIT_DEB names no git .deb: DVC experiments need git"; exit 1; }
   dpkg -x "$GIT_DEB" "$WORK/git"
   export PATH=$WORK/git/usr/bin:$PATH GIT_EXEC_PATH=$WORK/git/usr/lib/git-core GIT_TEMPLATE_DIR=$WORK/git/usr/share/git-core/templates
@@ -40,7 +40,10 @@ fi
 git --version
 
 t0=$(date +%s)
-rm -rf "$WORK/project" && cp -r "$SRC" "$WORK/project" && cd "$WORK/project"
+# The checkout's files, less its git history, venv, packs and outputs
+rm -rf "$WORK/project" && mkdir -p "$WORK/project"
+(cd "$SRC" && tar cf - --exclude=./.git --exclude=./.venv --exclude=./.gpu --exclude=./gpu-results .) | tar xf - -C "$WORK/project"
+cd "$WORK/project"
 rm -rf .git models data reports sweeps mlflow.db mlartifacts
 PYTHONPATH="$HERE:$PWD/src${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c \
   "import sys; from pathlib import Path; from models import write_small_llama; write_small_llama(Path(sys.argv[1]))" "$MODEL"
@@ -60,7 +63,7 @@ soarlab sweep --name gpu $BASE $SWEEP 2>&1 | stamped | tee "$OUT/sweep.log" || e
 echo "SWEEP wall_s=$(( $(date +%s) - t1 ))" | tee -a "$OUT/times.txt"
 
 collect && trap - EXIT
-# results.json: the wall times and what MLflow holds per run (device.sh's poll brings it back as pipeline.json)
+# results.json: the wall times and what MLflow holds per run
 "$PY" - "$OUT" <<'EOF'
 import json, sqlite3, sys
 out = sys.argv[1]

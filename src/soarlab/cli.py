@@ -14,7 +14,7 @@ import traceback
 from soarlab.domain import LEVELS
 from soarlab.errors import error_line
 
-STAGES = ("check-params", "fetch-model", "fetch-data", "quantize", "package", "evaluate", "bench", "accuracy", "reference", "score", "track")
+STAGES = ("check-params", "inputs", "fetch-model", "fetch-data", "quantize", "package", "evaluate", "bench", "accuracy", "reference", "score", "track")
 
 
 def _handler(target: str):
@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--level", required=True, choices=LEVELS)
     p.add_argument("--tokenizer", help="model dir or tokenizer for output lengths (default: asked of the server)")
     p.add_argument("--api", choices=("auto", "sglang", "openai"), default="auto")
-    p.add_argument("--output-dir", default="reports/bench")
+    p.add_argument("--output-dir", help="where the level's files go (default: paths.reports/bench)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides for the bench config, e.g. bench.repeats=3")
     p.set_defaults(run=_handler("soarlab.bench.cli:bench_cli"))
 
@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", required=True, help="0.1k-4k, 0.1k-0.5k, 60k-0.5k, long-mix, ...")
     p.add_argument("--tokenizer", required=True, help="model dir whose tokenizer defines the lengths")
     p.add_argument("--num-requests", type=int, required=True)
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=int, help="the rows' random seed (default: bench.dataset.seed)")
     p.add_argument("--output", required=True)
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. bench=soar (where the profiles come from)")
     p.set_defaults(run=_handler("soarlab.datasets.speed:make_speed_set_cli"))

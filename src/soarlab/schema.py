@@ -171,6 +171,7 @@ class BenchGroup(Group):
     warmup_requests: Count
     warmup_max_tokens: PositiveInt
     flush_cache: bool
+    flush_timeout_s: Seconds
     pause_after_flush_s: Pause
     temperature: Pause
     length_control: Literal["auto", "ignore_eos", "generation_config"]
@@ -193,6 +194,7 @@ class CorrectnessSource(Group):
     commit: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")] | None
     git_blob_sha1: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")] | None
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None
+    download_timeout_s: Seconds
 
 
 class Bootstrap(Group):
@@ -308,6 +310,15 @@ class Paths(Group):
     reports: str
 
 
+class SweepTrial(Group):
+    """`trial` of conf/sweep_app.yaml: how `soarlab sweep` runs each trial (not a pipeline key)."""
+    timeout_s: Seconds
+    remote: str | None
+    git_remote: str
+    jit_cache_dir: str
+    always: list[str]
+
+
 class SoarConfig(Group):
     model: ModelGroup
     quant: QuantGroup
@@ -329,17 +340,17 @@ def _key(loc: tuple) -> str:
     return ".".join(parts)
 
 
-def validate(cfg, where: str = "the config") -> SoarConfig:
-    """The typed config; SoarError naming the first bad key (and how many more there are)."""
+def _validated(model: type[Group], cfg, where: str, prefix: tuple = ()):
+    """`model` of `cfg` (a DictConfig or plain data); SoarError naming the first bad key (and how many more)."""
     from omegaconf import DictConfig, OmegaConf
 
     data = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
     try:
-        return SoarConfig.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
         first = errors[0]
-        key = _key(first["loc"])
+        key = _key(prefix + tuple(first["loc"]))
         got = "" if first["type"] in ("missing", "extra_forbidden") else f" (got {first.get('input')!r:.80})"
         message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
         more = f"; {len(errors) - 1} more problem(s)" if len(errors) > 1 else ""
@@ -348,3 +359,13 @@ def validate(cfg, where: str = "the config") -> SoarConfig:
             f"give {key} a valid value (conf/ or an override such as {key}=...), or remove it if unknown; "
             "the types are in src/soarlab/schema.py",
         ) from None
+
+
+def validate(cfg, where: str = "the config") -> SoarConfig:
+    """The typed config; SoarError naming the first bad key (and how many more there are)."""
+    return _validated(SoarConfig, cfg, where)
+
+
+def validate_trial(trial_cfg, where: str = "conf/sweep_app.yaml") -> SweepTrial:
+    """The sweep's `trial` keys, typed; SoarError naming the first bad one."""
+    return _validated(SweepTrial, trial_cfg, where, prefix=("trial",))

@@ -104,8 +104,11 @@ class OptunaSweeper(Sweeper):
         from optuna.trial import TrialState
 
         for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-            study.enqueue_trial(trial.params, skip_if_exists=True)
+            study.tell(trial.number, state=TrialState.FAIL)
+            # Not enqueue_trial(skip_if_exists=True): the failed trial itself has these params, so it would skip.
+            waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+            if all(w.system_attrs.get("fixed_params") != trial.params for w in waiting):
+                study.enqueue_trial(trial.params)
 
     def sweep(self, arguments: List[str]) -> None:
         from optuna.trial import TrialState

@@ -72,7 +72,7 @@ def _quiet_lm_eval() -> None:
     drop("lm_eval.evaluator", r"^generation_kwargs: .* specified through cli",
          "the generation settings (greedy, max tokens, EOS stops) are ours on purpose, from eval.* (RULES.md 3)")
     drop("lm_eval.api.task", r"Custom kwargs can be passed to `--metadata`",
-         "the task's dataset is our file, named in dataset_kwargs; it takes no metadata")
+         "the task's dataset is our file, passed as task metadata by run_correctness")
     drop("lm_eval.models.api_models", r"^Exception:(CancelledError|KeyboardInterrupt|Terminated)\(",
          "lm-eval logs any exception of a request as an error, also the cancellation of the requests in flight "
          "when the run is stopped (SIGTERM, Ctrl-C): no request failed, and the CLI says why it stopped")
@@ -87,22 +87,21 @@ def run_correctness(
     """
     import lm_eval
     from lm_eval.tasks import TaskManager
-    from lm_eval.tasks._yaml_loader import load_yaml  # lm-eval 0.4.13 (pinned); resolves `!function` hooks
 
     from soarlab.accuracy.client import eos_stop_strings, parse_failed
 
     _quiet_lm_eval()
     stop = eos_stop_strings(model_dir)
-    manager = TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
-    entry = manager.task_index.get(CORRECTNESS_TASK)
-    if entry is None or entry.yaml_path is None:  # pragma: no cover - packaging error
+    # The data file reaches the task's custom_dataset hook as task metadata (lm-eval's public way to
+    # pass a custom dataset its arguments), so the task yaml is never read or patched here.
+    manager = TaskManager(include_path=str(TASKS_DIR), include_defaults=False,
+                          metadata={"correctness_file": str(Path(data_file).resolve())})
+    if CORRECTNESS_TASK not in manager.all_tasks:  # pragma: no cover - packaging error
         raise SoarError(f"lm-eval task {CORRECTNESS_TASK} not found under {TASKS_DIR}", "reinstall soarlab (pip install -e .)")
-    task_cfg = load_yaml(entry.yaml_path, resolve_func=True)
-    task_cfg["dataset_kwargs"] = {"data_files": {"test": str(Path(data_file).resolve())}}
     lm = _chat_model(base_url, model, eval_cfg)
     results = lm_eval.simple_evaluate(
         model=lm,
-        tasks=[task_cfg],
+        tasks=[CORRECTNESS_TASK],
         task_manager=manager,
         apply_chat_template=True,
         gen_kwargs=correctness_gen_kwargs(eval_cfg, stop),
@@ -132,7 +131,7 @@ def _standard_task_manager():
     return TaskManager()
 
 
-def supports_echo_logprobs(base_url: str, model: str, timeout: float = 60.0) -> tuple[bool, str]:
+def supports_echo_logprobs(base_url: str, model: str, timeout: float) -> tuple[bool, str]:
     """Ask /v1/completions for prompt logprobs (echo); lm-eval's loglikelihood tasks need them."""
     import requests
 
@@ -151,6 +150,32 @@ def supports_echo_logprobs(base_url: str, model: str, timeout: float = 60.0) -> 
     if len(token_logprobs) < 2:
         return False, "the server ignores echo/logprobs on /v1/completions (no prompt logprobs returned)"
     return True, "ok"
+
+
+def _completions_model(base_url: str, model: str, model_dir: str | Path, eval_cfg: Mapping):
+    """lm-eval's client of /v1/completions, for loglikelihood tasks (prompt logprobs through echo)."""
+    from lm_eval.models.openai_completions import LocalCompletionsAPI
+
+    return LocalCompletionsAPI(
+        base_url=f"{api_root(base_url)}/v1/completions",
+        model=model,
+        tokenizer_backend="huggingface",
+        tokenizer=str(model_dir),
+        trust_remote_code=True,
+        num_concurrent=int(eval_cfg["num_concurrent"]),
+        max_retries=1 + int(eval_cfg["retries"]),
+        timeout=int(eval_cfg["timeout_s"]),
+    )
+
+
+def _task_metrics(results: dict, name: str) -> dict:
+    """Flat metrics of one standard task (its subtasks prefixed by their names), stderr left out."""
+    metrics = {}
+    for task_name, values in results["results"].items():
+        for key, value in values.items():
+            if isinstance(value, (int, float)) and "_stderr" not in key and "," in key:
+                metrics[f"{task_name}.{key.split(',')[0]}" if task_name != name else key.split(",")[0]] = value
+    return metrics
 
 
 def run_standard_tasks(base_url: str, model: str, model_dir: str | Path, eval_cfg: Mapping, api: str) -> dict:
@@ -174,13 +199,10 @@ def run_standard_tasks(base_url: str, model: str, model_dir: str | Path, eval_cf
             out[name] = {"status": "skipped", "reason": f"lm-eval could not load it: {exc}"}
             log.warning("standard task %s skipped: %s", name, exc)
             continue
-        generative = all(t.get_config("output_type") == "generate_until" for t in loaded["tasks"].values())
-        if generative:
-            lm = _chat_model(base_url, model, eval_cfg)
-            kwargs = {"apply_chat_template": True}
+        if all(t.get_config("output_type") == "generate_until" for t in loaded["tasks"].values()):
+            lm, kwargs = _chat_model(base_url, model, eval_cfg), {"apply_chat_template": True}
         else:
-            if echo_ok is None:
-                echo_ok = supports_echo_logprobs(base_url, model)
+            echo_ok = echo_ok or supports_echo_logprobs(base_url, model, float(eval_cfg["timeout_s"]))
             if not echo_ok[0]:
                 reason = (
                     f"loglikelihood task needs prompt logprobs (echo) from /v1/completions, which this engine "
@@ -189,32 +211,8 @@ def run_standard_tasks(base_url: str, model: str, model_dir: str | Path, eval_cf
                 out[name] = {"status": "skipped", "reason": reason}
                 log.warning("standard task %s skipped: %s", name, reason)
                 continue
-            from lm_eval.models.openai_completions import LocalCompletionsAPI
-
-            lm = LocalCompletionsAPI(
-                base_url=f"{api_root(base_url)}/v1/completions",
-                model=model,
-                tokenizer_backend="huggingface",
-                tokenizer=str(model_dir),
-                trust_remote_code=True,
-                num_concurrent=int(eval_cfg["num_concurrent"]),
-                max_retries=1 + int(eval_cfg["retries"]),
-                timeout=int(eval_cfg["timeout_s"]),
-            )
-            kwargs = {}
-        results = lm_eval.simple_evaluate(
-            model=lm,
-            tasks=[name],
-            task_manager=manager,
-            limit=eval_cfg.standard_limit,
-            bootstrap_iters=0,
-            log_samples=False,
-            **kwargs,
-        )
-        metrics = {}
-        for task_name, values in results["results"].items():
-            for key, value in values.items():
-                if isinstance(value, (int, float)) and "_stderr" not in key and "," in key:
-                    metrics[f"{task_name}.{key.split(',')[0]}" if task_name != name else key.split(",")[0]] = value
-        out[name] = {"status": "ok", "metrics": metrics}
+            lm, kwargs = _completions_model(base_url, model, model_dir, eval_cfg), {}
+        results = lm_eval.simple_evaluate(model=lm, tasks=[name], task_manager=manager, limit=eval_cfg.standard_limit,
+                                          bootstrap_iters=0, log_samples=False, **kwargs)
+        out[name] = {"status": "ok", "metrics": _task_metrics(results, name)}
     return out

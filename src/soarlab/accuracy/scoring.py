@@ -23,13 +23,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from soarlab.datasets.correctness import ANY_OF_TASKS, COVERAGE_TASKS, KNOWN_TASKS, read_correctness_set
 from soarlab.errors import SoarError
 
 THINK_END = "</think>"
-ANY_OF_TASKS = ("qa", "niah", "lcx")
-COVERAGE_TASKS = ("cwe", "fwe")
-KNOWN_TASKS = ("mcq", *ANY_OF_TASKS, *COVERAGE_TASKS)
-MCQ_LETTERS = "ABCD"
 _MCQ_PATTERNS = (  # in the order RULES.md 3 tries them
     re.compile(r"ANSWER\s*:\s*([A-D])", re.IGNORECASE),
     re.compile(r"\\boxed\{\s*\\text\{\s*([A-D])\s*\}\s*\}", re.IGNORECASE),
@@ -74,40 +71,6 @@ def score_prediction(task: str, gold: Any, prediction: str | None) -> tuple[floa
     items = gold if isinstance(gold, list) else [gold]
     found = [g for g in items if str(g).lower() in lowered]
     return (1.0 if found else 0.0), found
-
-
-def check_gold(task: Any, gold: Any) -> str | None:
-    """What is wrong with a row's task/gold, or None when it is usable."""
-    if not isinstance(task, str) or not task:
-        return "task must be a non-empty string"
-    if task == "mcq":
-        if not isinstance(gold, str) or len(gold.strip()) != 1 or gold.strip().upper() not in MCQ_LETTERS:
-            return f"mcq gold must be one letter A-D, got {gold!r}"
-        return None
-    if task in ANY_OF_TASKS or task in COVERAGE_TASKS:
-        if not isinstance(gold, list) or not gold or not all(isinstance(g, str) and g for g in gold):
-            return f"{task} gold must be a non-empty list of non-empty strings, got {gold!r}"
-        return None
-    if isinstance(gold, str) and gold:
-        return None
-    if isinstance(gold, list) and gold and all(isinstance(g, str) and g for g in gold):
-        return None
-    return f"gold of task {task!r} must be a non-empty string (or list of strings), got {gold!r}"
-
-
-def read_correctness_set(path: str | Path) -> list[dict]:
-    """Rows {"task", "question", "gold", "line"} of a SOAR correctness set; a bad row raises with its line."""
-    from soarlab.datasets.soar import read_jsonl
-
-    rows = []
-    for row in read_jsonl(path, ["task", "question", "gold"]):
-        problem = check_gold(row["task"], row["gold"])
-        if problem is None and not isinstance(row["question"], str):
-            problem = "question must be a string"
-        if problem:
-            raise SoarError(f"{path} line {row['_line']}: {problem}", "fix that line of the correctness set (RULES.md 3 format)")
-        rows.append({"task": row["task"], "question": row["question"], "gold": row["gold"], "line": row["_line"]})
-    return rows
 
 
 def score_rows(rows: Sequence[Mapping], predictions: Sequence[Mapping]) -> list[dict]:

@@ -16,7 +16,7 @@ from soarlab.engines.server import Server, http_request, served_models
 from soarlab.errors import SoarError
 
 
-def _get_json(url: str, timeout: float = 10.0):
+def _get_json(url: str, timeout: float):
     """The JSON body of a 200 answer, else None."""
     status, text = http_request(url, timeout=timeout)
     if status != 200:
@@ -40,19 +40,19 @@ def _reachable(base_url: str, timeout_s: float) -> bool:
     return False
 
 
-def probe_api(base_url: str) -> str:
+def probe_api(base_url: str, timeout: float) -> str:
     """sglang if the server answers SGLang's info endpoints, else openai."""
     for path in ("/get_model_info", "/server_info", "/get_server_info"):
-        if _get_json(base_url + path) is not None:
+        if _get_json(base_url + path, timeout) is not None:
             return "sglang"
     return "openai"
 
 
-def server_model(base_url: str, api: str) -> str | None:
+def server_model(base_url: str, api: str, timeout: float) -> str | None:
     if api == "sglang":
-        info = _get_json(base_url + "/get_model_info") or {}
+        info = _get_json(base_url + "/get_model_info", timeout) or {}
         return info.get("tokenizer_path") or info.get("model_path")
-    models = served_models(base_url, timeout=10.0)
+    models = served_models(base_url, timeout=timeout)
     return models[0] if models else None
 
 
@@ -85,13 +85,15 @@ def bench_cli(args) -> int:
     from soarlab.config import compose
     from soarlab.datasets.speed import load_tokenizer
 
-    bench = compose(args.overrides).bench
+    cfg = compose(args.overrides)
+    bench, output_dir = cfg.bench, args.output_dir or str(Path(cfg.paths.reports) / "bench")
     base_url = args.url.rstrip("/")
     if not _reachable(base_url, float(bench.connect_timeout_s)):
         raise SoarError(f"no server answers at {base_url} within {bench.connect_timeout_s} s (bench.connect_timeout_s)",
                         "start the server first, or fix --url")
-    api = probe_api(base_url) if args.api == "auto" else args.api
-    named = server_model(base_url, api)
+    probe_s = float(bench.connect_timeout_s)
+    api = probe_api(base_url, probe_s) if args.api == "auto" else args.api
+    named = server_model(base_url, api, probe_s)
     tok_name = args.tokenizer or named
     if not tok_name:
         raise SoarError("the server does not name its tokenizer", "pass --tokenizer MODEL_DIR")
@@ -102,8 +104,8 @@ def bench_cli(args) -> int:
     model = bench.model or (named if api == "openai" else None)
     server = Server(base_url, api, model=model)
     report, rows = run_level(server, requests, args.level, bench.levels[args.level], bench, tokenizer, info)
-    write_level(args.output_dir, report, rows)
-    write_summary(args.output_dir, make_plot=bool(bench.plot))
-    print_level(report, args.output_dir)
+    write_level(output_dir, report, rows)
+    write_summary(output_dir, make_plot=bool(bench.plot))
+    print_level(report, output_dir)
     return 0 if report.valid else 1
 

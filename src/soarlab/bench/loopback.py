@@ -68,6 +68,24 @@ def _openai_chunks(n: int, prompt_tokens: int, model: str, done_marker: bool) ->
     return out
 
 
+def _sglang_tokens(payload: dict, eos_after: int) -> int:
+    """How many tokens /generate streams: max_new_tokens, cut at the fake EOS unless ignore_eos."""
+    sp = payload.get("sampling_params") or {}
+    n = int(sp.get("max_new_tokens", 16))
+    return n if sp.get("ignore_eos") else min(n, eos_after)
+
+
+def _openai_tokens(payload: dict, eos_after: int) -> int:
+    """How many tokens /v1/completions streams: max_tokens (or generation_config's max_new_tokens), cut at
+    the fake EOS unless min_new_tokens holds it off."""
+    n = int(payload.get("max_tokens") or 16)
+    if payload.get("generation_config"):
+        gc = json.loads(payload["generation_config"])
+        n = int(gc.get("max_new_tokens", n))
+        return n if int(gc.get("min_new_tokens", 0)) >= n else min(n, eos_after)
+    return min(n, eos_after)
+
+
 def make_app(
     api: str = "sglang",
     model: str = "loopback",
@@ -112,31 +130,33 @@ def make_app(
                 await stats.stop.wait()
                 return web.json_response({"error": "shutting down"}, status=503)
             if api == "sglang":
-                sp = payload.get("sampling_params") or {}
-                n = int(sp.get("max_new_tokens", 16))
-                if not sp.get("ignore_eos"):
-                    n = min(n, eos_after)
+                n = _sglang_tokens(payload, eos_after)
                 chunks = _sglang_chunks(n, len(payload.get("text", "").split()), mode == "short")
             else:
                 unknown = set(payload) - OPENAI_FIELDS
                 if unknown:
                     return web.json_response({"detail": f"Unexpected fields in the request: {unknown}"}, status=422)
-                n = int(payload.get("max_tokens") or 16)
-                if payload.get("generation_config"):
-                    gc = json.loads(payload["generation_config"])
-                    n = int(gc.get("max_new_tokens", n))
-                    if int(gc.get("min_new_tokens", 0)) < n:
-                        n = min(n, eos_after)
-                else:
-                    n = min(n, eos_after)
-                if mode == "short":
-                    n -= 1
+                n = _openai_tokens(payload, eos_after) - (mode == "short")
                 chunks = _openai_chunks(n, len(str(payload.get("prompt", "")).split()), model, done_marker)
             return await stream(request, chunks, mode)
         finally:
             stats.inflight -= 1
             stats.handler_s += time.perf_counter() - t0
 
+    app.router.add_get("/stats", _stats_handler(stats))
+    _add_info_routes(app, api, model, stats)
+    app.router.add_post("/generate" if api == "sglang" else "/v1/completions", generate)
+    return app
+
+
+def _stats_handler(stats: Stats):
+    async def handler(_request):
+        return web.json_response({k: v for k, v in vars(stats).items() if isinstance(v, (int, float))})
+    return handler
+
+
+def _add_info_routes(app: web.Application, api: str, model: str, stats: Stats) -> None:
+    """Health, models, and for the SGLang API its cache flush and model/server info."""
     async def flush(_request):
         stats.flushes += 1
         return web.Response(text="Cache flushed.\n")
@@ -153,21 +173,13 @@ def make_app(
     async def health(_request):
         return web.Response(text="ok")
 
-    async def get_stats(_request):
-        return web.json_response({k: v for k, v in vars(stats).items() if isinstance(v, (int, float))})
-
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", models)
-    app.router.add_get("/stats", get_stats)
     if api == "sglang":
-        app.router.add_post("/generate", generate)
         app.router.add_post("/flush_cache", flush)
         app.router.add_get("/get_model_info", model_info)
         app.router.add_get("/get_server_info", server_info)
         app.router.add_get("/server_info", server_info)
-    else:
-        app.router.add_post("/v1/completions", generate)
-    return app
 
 
 class LoopbackServer:
@@ -186,8 +198,8 @@ class LoopbackServer:
         asyncio.run_coroutine_threadsafe(self._runner.setup(), self._loop).result()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         asyncio.run_coroutine_threadsafe(site.start(), self._loop).result()
-        port = site._server.sockets[0].getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{port}"
+        host, port = self._runner.addresses[0][:2]
+        self.base_url = f"http://{host}:{port}"
         return self
 
     def __exit__(self, *exc) -> None:

@@ -30,11 +30,11 @@ def resolve_length_control(server: Server, setting: str) -> str:
     return "ignore_eos" if server.api == "sglang" or server.supports_ignore_eos else "generation_config"
 
 
-async def _flush(server: Server) -> str:
+async def _flush(server: Server, timeout_s: float) -> str:
     """Server.flush_cache, off the event loop; the state the run report records."""
     if not server.has_flush_cache:
         return "not supported by this engine"
-    ok = await asyncio.get_running_loop().run_in_executor(None, server.flush_cache)
+    ok = await asyncio.get_running_loop().run_in_executor(None, server.flush_cache, timeout_s)
     return "flushed" if ok else "failed (POST /flush_cache did not answer 200)"
 
 
@@ -81,7 +81,7 @@ async def _run_level_async(server: Server, client: ApiClient, requests, level, c
             if not ok:
                 return runs, rows, warmup
         for repeat in range(int(bench.repeats)):
-            flush = await _flush(server) if bench.flush_cache else "off (bench.flush_cache)"
+            flush = await _flush(server, float(bench.flush_timeout_s)) if bench.flush_cache else "off (bench.flush_cache)"
             await asyncio.sleep(float(bench.pause_after_flush_s))
             bar = None
             if progress:

@@ -127,9 +127,11 @@ def make_speed_set_cli(args) -> int:
     from soarlab.atomic import write_jsonl
     from soarlab.config import compose
 
-    profile = named_profile(compose(args.overrides).bench.profiles, args.profile)
+    bench = compose(args.overrides).bench
+    profile = named_profile(bench.profiles, args.profile)
     tokenizer = load_tokenizer(args.tokenizer)
-    rows = make_speed_set(tokenizer, profile, args.num_requests, args.seed, progress=True)
+    seed = bench.dataset.seed if args.seed is None else args.seed
+    rows = make_speed_set(tokenizer, profile, args.num_requests, seed, progress=True)
     write_jsonl(args.output, rows)
     n_in = sum(len(tokenizer.encode(r["question"])) for r in rows)
     n_out = sum(len(tokenizer.encode(r["model_response"])) for r in rows)

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from soarlab.decide.calibration import Calibration, fit, predict
-from soarlab.decide.run_page import config_delta
+from soarlab.tracking.params import config_delta
 from soarlab.decide.runs import KIND_TAG, RunRecord
 from soarlab.domain import LEVELS
 

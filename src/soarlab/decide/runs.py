@@ -96,9 +96,9 @@ def decide_config(args):
 def load_runs(cfg, model: str | None = None, speed_set: str | None = None, sweep: str | None = None,
               with_repeats: bool = True) -> tuple[object, str, list[RunRecord]]:
     """(client, experiment id, pipeline runs with bench figures), newest first, filtered as asked."""
-    from soarlab.tracking import _client
+    from soarlab.tracking.store import open_store
 
-    client, experiment_id = _client(cfg)
+    client, experiment_id = open_store(cfg)
     query = f"tags.`soarlab.model` = '{model}'" if model else ""
     found = client.search_runs([experiment_id], filter_string=query, max_results=5000, order_by=["attributes.start_time DESC"])
     runs = []

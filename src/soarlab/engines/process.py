@@ -73,7 +73,7 @@ def spawn(cmd: Sequence[str], **popen_kwargs) -> subprocess.Popen:
     return _spawner.submit(start).result()
 
 
-def _stop(proc: subprocess.Popen, grace_s: float, extra_stop: Callable[[], None] | None) -> None:
+def stop_process(proc: subprocess.Popen, grace_s: float, extra_stop: Callable[[], None] | None = None) -> None:
     """SIGTERM the whole process group, wait up to `grace_s` for all of it to exit, then SIGKILL it."""
     if extra_stop is not None:
         with contextlib.suppress(Exception):
@@ -136,4 +136,4 @@ def managed_server(
             time.sleep(poll_interval_s)
         yield proc
     finally:
-        _stop(proc, stop_grace_s, extra_stop)
+        stop_process(proc, stop_grace_s, extra_stop)

@@ -38,18 +38,18 @@ class Server:
         if self.has_flush_cache is None:
             self.has_flush_cache = self.api == "sglang"
 
-    def flush_cache(self) -> bool:
+    def flush_cache(self, timeout_s: float) -> bool:
         """POST /flush_cache where the engine has one. True if the server said yes; False otherwise.
 
         The one cache-flush path: the benchmark calls it before every timed run (bench.flush_cache).
         """
         if not self.has_flush_cache:
             return False
-        status, _ = http_request(f"{self.base_url}/flush_cache", method="POST", timeout=60)
+        status, _ = http_request(f"{self.base_url}/flush_cache", method="POST", timeout=timeout_s)
         return status == 200
 
 
-def http_request(url: str, method: str = "GET", body: Any = None, timeout: float = 5.0) -> tuple[int | None, str]:
+def http_request(url: str, method: str = "GET", body: Any = None, *, timeout: float) -> tuple[int | None, str]:
     """(status, text); status None when nothing answered (refused, reset, timed out)."""
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
@@ -62,7 +62,7 @@ def http_request(url: str, method: str = "GET", body: Any = None, timeout: float
         return None, ""
 
 
-def is_healthy(base_url: str, timeout: float = 5.0) -> bool:
+def is_healthy(base_url: str, timeout: float) -> bool:
     """GET /health answers 200; or, for servers without /health, GET /v1/models does."""
     status, _ = http_request(f"{base_url}/health", timeout=timeout)
     if status == 200:
@@ -73,7 +73,7 @@ def is_healthy(base_url: str, timeout: float = 5.0) -> bool:
     return status == 200
 
 
-def served_models(base_url: str, timeout: float = 5.0) -> list[str]:
+def served_models(base_url: str, timeout: float) -> list[str]:
     status, text = http_request(f"{base_url}/v1/models", timeout=timeout)
     if status != 200:
         return []

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
@@ -87,26 +88,19 @@ def _expected_dims(leaf: str, config: dict) -> tuple[int | None, int | None]:
     }.get(leaf, (None, None))
 
 
-def check_checkpoint(model_dir: str | Path, exclude: Iterable[str]) -> list[str]:
-    """All problems found in `model_dir` (empty list: ready to serve with --quantization gptq_marlin);
-    `exclude`: the regexes of modules that must stay unquantized (`quant.exclude`)."""
-    import torch
-    from safetensors import safe_open
+@dataclass
+class _Quantization:
+    """What config.json's quantization_config says, as the tensor checks need it."""
+    quantized: bool = False
+    bits: int | None = None
+    group_size: int | None = None
+    dynamic: dict = field(default_factory=dict)
+    fmt_version: int = 1
+    desc_act: bool = False
 
-    from soarlab.hub import read_model_config, validate_model_dir
-    from soarlab.quant.packing import unpack_cols
 
-    d = Path(model_dir)
-    if not d.is_dir():
-        raise SoarError(f"{d} is not a directory", "pass the quantized model directory")
-    problems: list[str] = []
-    try:
-        config = validate_model_dir(d) and read_model_config(d)
-    except SoarError as exc:
-        return [exc.problem]
-    exclude = [re.compile(p) for p in exclude]
-
-    # --- config.json
+def _config_problems(d: Path, config: dict) -> tuple[list[str], _Quantization]:
+    problems = []
     auto_map = config.get("auto_map") or {}
     if "AutoConfig" in auto_map:
         problems.append("config.json auto_map.AutoConfig is present: SGLang would use the remote config class (remove it)")
@@ -118,38 +112,43 @@ def check_checkpoint(model_dir: str | Path, exclude: Iterable[str]) -> list[str]
     if dtype != "bfloat16":
         problems.append(f"config.json dtype is {dtype!r}, not bfloat16 (serve Marlin checkpoints in bf16)")
     qc = config.get("quantization_config")
-    quantized = qc is not None
-    bits = group_size = None
-    dynamic: dict = {}
-    fmt_version = 1
-    if quantized:
-        method = str(qc.get("quant_method", qc.get("method", ""))).lower()
-        if method != "gptq":
-            problems.append(f"quantization_config.quant_method is {method!r}, not gptq")
-        bits, group_size = qc.get("bits"), qc.get("group_size")
-        if bits not in MARLIN_BITS:
-            problems.append(f"quantization_config.bits is {bits!r}; gptq_marlin serves 4 or 8")
-        if qc.get("sym") is not True:
-            problems.append(f"quantization_config.sym is {qc.get('sym')!r}: gptq_marlin requires symmetric quantization")
-        fmt = qc.get("checkpoint_format", qc.get("format", GPTQ_V1))
-        if fmt != GPTQ_V1:
-            problems.append(f"quantization_config.checkpoint_format is {fmt!r}; SGLang reads GPTQ v1 (`gptq`) zero points")
-            fmt_version = gptq_format_version(fmt)
-        dynamic = qc.get("dynamic") or {}
-        for key, override in dynamic.items():
-            if not (key.startswith("+:") or key.startswith("-:")):
-                problems.append(f"quantization_config.dynamic key {key!r} lacks a +: or -: prefix")
-            if isinstance(override, dict):
-                if override.get("sym") is False:
-                    problems.append(f"quantization_config.dynamic {key!r} sets sym=false: gptq_marlin requires symmetric")
-                if override.get("bits", 4) not in MARLIN_BITS:
-                    problems.append(f"quantization_config.dynamic {key!r} sets bits={override.get('bits')}; gptq_marlin serves 4 or 8")
-            try:
-                re.compile(key[2:])
-            except re.error:
-                problems.append(f"quantization_config.dynamic key {key!r} is not a valid regex")
+    if qc is None:
+        return problems, _Quantization()
+    q = _Quantization(quantized=True, bits=qc.get("bits"), group_size=qc.get("group_size"),
+                      dynamic=qc.get("dynamic") or {}, desc_act=bool(qc.get("desc_act")))
+    method = str(qc.get("quant_method", qc.get("method", ""))).lower()
+    if method != "gptq":
+        problems.append(f"quantization_config.quant_method is {method!r}, not gptq")
+    if q.bits not in MARLIN_BITS:
+        problems.append(f"quantization_config.bits is {q.bits!r}; gptq_marlin serves 4 or 8")
+    if qc.get("sym") is not True:
+        problems.append(f"quantization_config.sym is {qc.get('sym')!r}: gptq_marlin requires symmetric quantization")
+    fmt = qc.get("checkpoint_format", qc.get("format", GPTQ_V1))
+    if fmt != GPTQ_V1:
+        problems.append(f"quantization_config.checkpoint_format is {fmt!r}; SGLang reads GPTQ v1 (`gptq`) zero points")
+        q.fmt_version = gptq_format_version(fmt)
+    return problems + _dynamic_problems(q.dynamic), q
 
-    # --- files
+
+def _dynamic_problems(dynamic: dict) -> list[str]:
+    problems = []
+    for key, override in dynamic.items():
+        if not (key.startswith("+:") or key.startswith("-:")):
+            problems.append(f"quantization_config.dynamic key {key!r} lacks a +: or -: prefix")
+        if isinstance(override, dict):
+            if override.get("sym") is False:
+                problems.append(f"quantization_config.dynamic {key!r} sets sym=false: gptq_marlin requires symmetric")
+            if override.get("bits", 4) not in MARLIN_BITS:
+                problems.append(f"quantization_config.dynamic {key!r} sets bits={override.get('bits')}; gptq_marlin serves 4 or 8")
+        try:
+            re.compile(key[2:])
+        except re.error:
+            problems.append(f"quantization_config.dynamic key {key!r} is not a valid regex")
+    return problems
+
+
+def _file_problems(d: Path) -> list[str]:
+    problems = []
     if not any((d / n).is_file() for n in ("tokenizer.json", "tokenizer.model")):
         problems.append("no tokenizer (tokenizer.json / tokenizer.model)")
     tok_cfg = json.loads((d / "tokenizer_config.json").read_text()) if (d / "tokenizer_config.json").is_file() else {}
@@ -157,96 +156,120 @@ def check_checkpoint(model_dir: str | Path, exclude: Iterable[str]) -> list[str]
         problems.append("no chat template (chat_template.jinja or tokenizer_config.json chat_template)")
     if not (d / "generation_config.json").is_file():
         problems.append("generation_config.json missing")
-    files = sorted(d.glob("*.safetensors"))
-    if not files:
-        problems.append("no *.safetensors weights")
-        return problems
+    return problems
 
-    # --- tensors
-    tensors: dict[str, tuple[Path, str]] = {}
-    for f in files:
-        with safe_open(str(f), framework="pt") as h:
-            for k in h.keys():
-                tensors[k] = (f, k)
+
+def _module_problems(name: str, load, q: _Quantization, config: dict) -> list[str]:
+    """The packed tensors of one quantized module against the bits and group size that apply to it.
+    `load(key)` reads a tensor; the module's four tensors are present."""
+    import torch
+
+    from soarlab.quant.packing import unpack_cols
+
+    override = dynamic_override(q.dynamic, name) or {}
+    b = override.get("bits", q.bits) if isinstance(override, dict) else q.bits
+    g = override.get("group_size", q.group_size) if isinstance(override, dict) else q.group_size
+    qweight, qzeros, scales, g_idx = (load(f"{name}.{s}") for s in ("qweight", "qzeros", "scales", "g_idx"))
+    if qweight.dtype != torch.int32 or qzeros.dtype != torch.int32:
+        return [f"{name}: qweight/qzeros are {qweight.dtype}/{qzeros.dtype}, not int32"]
+    in_f, out_f = qweight.shape[0] * 32 // b, qweight.shape[1]
+    gs = in_f if g in (-1, None) else g
+    groups = -(-in_f // gs)
+    m = LAYER_RE.match(name)
+    exp_in, exp_out = _expected_dims(m.group(2), config) if m else (None, None)
+    if (exp_in and exp_in != in_f) or (exp_out and exp_out != out_f):
+        return [f"{name}: qweight {tuple(qweight.shape)} at {b} bits means [{in_f} in, {out_f} out], config.json says [{exp_in} in, {exp_out} out] (wrong bits recorded?)"]
+    problems = []
+    if in_f % gs:
+        problems.append(f"{name}: {in_f} input features not divisible by group size {gs}")
+    if in_f % MARLIN_MIN_K or out_f % MARLIN_MIN_N:
+        problems.append(f"{name}: [{in_f} in, {out_f} out] does not fit gptq_marlin tiles (in % {MARLIN_MIN_K}, out % {MARLIN_MIN_N})")
+    expect = {"scales": (groups, out_f), "qzeros": (groups, out_f * b // 32), "g_idx": (in_f,)}
+    shapes = [f"{name}.{s} shape {tuple(t.shape)}, expected {expect[s]} for {b} bits, group size {gs}"
+              for s, t in (("scales", scales), ("qzeros", qzeros), ("g_idx", g_idx)) if tuple(t.shape) != expect[s]]
+    if shapes:
+        return problems + shapes
+    if not torch.isfinite(scales.float()).all():
+        problems.append(f"{name}.scales has NaN or inf")
+    if scales.dtype not in (torch.float16, torch.bfloat16):
+        problems.append(f"{name}.scales dtype {scales.dtype}, expected float16/bfloat16")
+    stored_zero = (1 << (b - 1)) - (1 if q.fmt_version == 1 else 0)
+    zeros = unpack_cols(qzeros, b)
+    if not bool((zeros == stored_zero).all()):
+        found = sorted(set(zeros.flatten().tolist()))[:6]
+        problems.append(f"{name}.qzeros hold {found}, expected all {stored_zero} (symmetric {b}-bit, GPTQ v1: Marlin applies a fixed zero of {1 << (b - 1)})")
+    if not q.desc_act and not torch.equal(g_idx.long(), torch.arange(in_f, dtype=torch.int64) // gs):
+        problems.append(f"{name}.g_idx is not i // group_size although desc_act is false (Marlin would misread groups)")
+    return problems
+
+
+def _tensor_problems(tensors: dict[str, Path], q: _Quantization, exclude: list, config: dict) -> list[str]:
+    from safetensors import safe_open
 
     def load(key):
-        with safe_open(str(tensors[key][0]), framework="pt") as h:
+        with safe_open(str(tensors[key]), framework="pt") as h:
             return h.get_tensor(key)
 
+    problems = []
     qmodules = sorted(k[: -len(".qweight")] for k in tensors if k.endswith(".qweight"))
-    if qmodules and not quantized:
+    if qmodules and not q.quantized:
         problems.append(f"{len(qmodules)} modules have qweight but config.json has no quantization_config")
-    for name in qmodules:
-        if any(p.fullmatch(name) for p in exclude):
-            problems.append(f"{name} is quantized but must stay unquantized (quant.exclude)")
+    problems += [f"{name} is quantized but must stay unquantized (quant.exclude)"
+                 for name in qmodules if any(p.fullmatch(name) for p in exclude)]
     linears = sorted(k[: -len(".weight")] for k in tensors
                      if k.endswith(".weight") and (m := LAYER_RE.match(k[: -len('.weight')])) and m.group(2) in LAYER_LINEARS)
-    if quantized:
-        for name in linears:
-            if dynamic_override(dynamic, name) is not False:
-                problems.append(f"{name} is stored bf16 but quantization_config does not exclude it (no -: dynamic entry): SGLang would expect a qweight")
+    if q.quantized:
+        problems += [f"{name} is stored bf16 but quantization_config does not exclude it (no -: dynamic entry): SGLang would expect a qweight"
+                     for name in linears if dynamic_override(q.dynamic, name) is not False]
     for name in qmodules:
-        if quantized and dynamic_override(dynamic, name) is False:
+        if q.quantized and dynamic_override(q.dynamic, name) is False:
             problems.append(f"{name} is quantized but quantization_config.dynamic excludes it")
-        override = dynamic_override(dynamic, name) or {}
-        b = override.get("bits", bits) if isinstance(override, dict) else bits
-        g = override.get("group_size", group_size) if isinstance(override, dict) else group_size
-        if b not in MARLIN_BITS:
-            continue  # reported above
+        override = dynamic_override(q.dynamic, name) or {}
+        if (override.get("bits", q.bits) if isinstance(override, dict) else q.bits) not in MARLIN_BITS:
+            continue  # reported with the config
         missing = [s for s in ("qzeros", "scales", "g_idx") if f"{name}.{s}" not in tensors]
         if missing:
             problems.append(f"{name}: missing {', '.join(missing)}")
             continue
-        qweight, qzeros, scales, g_idx = (load(f"{name}.{s}") for s in ("qweight", "qzeros", "scales", "g_idx"))
-        if qweight.dtype != torch.int32 or qzeros.dtype != torch.int32:
-            problems.append(f"{name}: qweight/qzeros are {qweight.dtype}/{qzeros.dtype}, not int32")
-            continue
-        in_f, out_f = qweight.shape[0] * 32 // b, qweight.shape[1]
-        gs = in_f if g in (-1, None) else g
-        groups = -(-in_f // gs)
-        m = LAYER_RE.match(name)
-        exp_in, exp_out = _expected_dims(m.group(2), config) if m else (None, None)
-        if (exp_in and exp_in != in_f) or (exp_out and exp_out != out_f):
-            problems.append(f"{name}: qweight {tuple(qweight.shape)} at {b} bits means [{in_f} in, {out_f} out], config.json says [{exp_in} in, {exp_out} out] (wrong bits recorded?)")
-            continue
-        if in_f % gs:
-            problems.append(f"{name}: {in_f} input features not divisible by group size {gs}")
-        if in_f % MARLIN_MIN_K or out_f % MARLIN_MIN_N:
-            problems.append(f"{name}: [{in_f} in, {out_f} out] does not fit gptq_marlin tiles (in % {MARLIN_MIN_K}, out % {MARLIN_MIN_N})")
-        expect = {"scales": (groups, out_f), "qzeros": (groups, out_f * b // 32), "g_idx": (in_f,)}
-        bad_shape = False
-        for s, t in (("scales", scales), ("qzeros", qzeros), ("g_idx", g_idx)):
-            if tuple(t.shape) != expect[s]:
-                problems.append(f"{name}.{s} shape {tuple(t.shape)}, expected {expect[s]} for {b} bits, group size {gs}")
-                bad_shape = True
-        if bad_shape:
-            continue
-        if not torch.isfinite(scales.float()).all():
-            problems.append(f"{name}.scales has NaN or inf")
-        if scales.dtype not in (torch.float16, torch.bfloat16):
-            problems.append(f"{name}.scales dtype {scales.dtype}, expected float16/bfloat16")
-        stored_zero = (1 << (b - 1)) - (1 if fmt_version == 1 else 0)
-        zeros = unpack_cols(qzeros, b)
-        if not bool((zeros == stored_zero).all()):
-            found = sorted(set(zeros.flatten().tolist()))[:6]
-            problems.append(f"{name}.qzeros hold {found}, expected all {stored_zero} (symmetric {b}-bit, GPTQ v1: Marlin applies a fixed zero of {1 << (b - 1)})")
-        if not qc or not qc.get("desc_act"):
-            trivial = torch.arange(in_f, dtype=torch.int64) // gs
-            if not torch.equal(g_idx.long(), trivial):
-                problems.append(f"{name}.g_idx is not i // group_size although desc_act is false (Marlin would misread groups)")
-    if quantized:
+        problems += _module_problems(name, load, q, config)
+    if q.quantized:
         stored = {n: "bf16" for n in linears}
-        stored.update({n: _precision(dynamic, n, bits) for n in qmodules})
-        problems += fused_problems(dynamic, bits, stored)
+        stored.update({n: _precision(q.dynamic, n, q.bits) for n in qmodules})
+        problems += fused_problems(q.dynamic, q.bits, stored)
     for key in tensors:
         if key.rsplit(".", 1)[-1] in ("qweight", "qzeros", "scales", "g_idx"):
             continue
-        with safe_open(str(tensors[key][0]), framework="pt") as h:
-            t = h.get_slice(key)
-            dt = t.get_dtype()
+        with safe_open(str(tensors[key]), framework="pt") as h:
+            dt = h.get_slice(key).get_dtype()
         if dt in ("F16", "F32", "F64"):
             problems.append(f"{key} is {dt}, expected BF16")
     return problems
+
+
+def check_checkpoint(model_dir: str | Path, exclude: Iterable[str]) -> list[str]:
+    """All problems found in `model_dir` (empty list: ready to serve with --quantization gptq_marlin);
+    `exclude`: the regexes of modules that must stay unquantized (`quant.exclude`)."""
+    from safetensors import safe_open
+
+    from soarlab.hub import read_model_config, validate_model_dir
+
+    d = Path(model_dir)
+    if not d.is_dir():
+        raise SoarError(f"{d} is not a directory", "pass the quantized model directory")
+    try:
+        config = validate_model_dir(d) and read_model_config(d)
+    except SoarError as exc:
+        return [exc.problem]
+    problems, q = _config_problems(d, config)
+    problems += _file_problems(d)
+    files = sorted(d.glob("*.safetensors"))
+    if not files:
+        return problems + ["no *.safetensors weights"]
+    tensors: dict[str, Path] = {}
+    for f in files:
+        with safe_open(str(f), framework="pt") as h:
+            tensors.update(dict.fromkeys(h.keys(), f))
+    return problems + _tensor_problems(tensors, q, [re.compile(p) for p in exclude], config)
 
 
 def check_checkpoint_cli(args) -> int:

@@ -171,20 +171,11 @@ def _gptqmodel_logs_elsewhere(beside: Path):
             loop_processor._PROJECT_LOG_DIR, processor.log_new_row, QuantizationRegionTimer.flush = saved
 
 
-def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg, model_name: str | None = None,
-                        root: Path | None = None) -> dict:
-    """Quantize `input_dir` into `output_dir` (atomically). Returns the report (dict)."""
-    pin_cpu_numerics(qcfg.cpu_numerics)
-    from transformers import AutoTokenizer
-
-    from soarlab.quant import report as rep
-    from soarlab.quant.calibration import calibration_samples
-    from soarlab.quant.check import check_checkpoint
+def _refuse_bad_inputs(input_dir: Path, output_dir: Path, qcfg) -> dict:
+    """The base model's config.json, once the model folder and the preset are known to be usable."""
     from soarlab.hub import validate_model_dir
-    from soarlab.quant.rules import build_plan, inventory, read_config
+    from soarlab.quant.rules import read_config
 
-    t_start = time.perf_counter()
-    input_dir, output_dir = Path(input_dir).resolve(), Path(output_dir).resolve()
     if not input_dir.is_dir():
         raise SoarError(f"input model directory {input_dir} does not exist", "pass --input / set paths.base_model to a model directory")
     if input_dir == output_dir:
@@ -198,8 +189,43 @@ def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg, mod
     base_config = read_config(input_dir)
     if "quantization_config" in base_config:
         raise SoarError(f"{input_dir} is already quantized", "quantize the original bf16 checkpoint")
+    return base_config
+
+
+def _refuse_bad_output(model_dir: Path, qcfg) -> None:
+    from soarlab.quant.check import check_checkpoint
+
+    problems = check_checkpoint(model_dir, exclude=list(qcfg.exclude)) if qcfg.check else []
+    if problems:
+        raise SoarError(f"the quantized checkpoint fails {len(problems)} check(s): " + "; ".join(problems[:5]),
+                        "see `soarlab check-checkpoint` on a kept copy; fix the preset in conf/quant/")
+
+
+def _quantize_into(tmp: Path, input_dir: Path, qcfg, plan, cal: dict, samples: list) -> list[dict]:
+    """Write the quantized (or, for method none, linked) weights into `tmp`; GPTQModel's per-module log."""
+    if str(qcfg.method) != "none":
+        return _gptq(input_dir, tmp, qcfg, plan, cal, samples)
+    for f in sorted(input_dir.iterdir()):
+        if f.is_file() and f.name != "config.json":
+            _link_or_copy(f, tmp / f.name)
+    return []
+
+
+def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg, model_name: str | None = None,
+                        root: Path | None = None) -> dict:
+    """Quantize `input_dir` into `output_dir` (atomically). Returns the report (dict)."""
+    pin_cpu_numerics(qcfg.cpu_numerics)
+    from transformers import AutoTokenizer
+
+    from soarlab.quant import report as rep
+    from soarlab.quant.calibration import calibration_samples
+    from soarlab.quant.rules import build_plan, inventory
+
+    t_start = time.perf_counter()
+    input_dir, output_dir = Path(input_dir).resolve(), Path(output_dir).resolve()
+    base_config = _refuse_bad_inputs(input_dir, output_dir, qcfg)
+    method = str(qcfg.method)
     modules = inventory(input_dir)  # raises when there are no weights
-    shapes = {m.name: m.shape for m in modules}
     plan = build_plan(modules, qcfg)
     if method == "none":
         plan.bits = {n: None for n in plan.bits}
@@ -209,22 +235,13 @@ def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg, mod
     samples, cal_warnings = calibration_samples(tokenizer, str(cal["source"]), int(cal["num_samples"]),
                                                 int(cal["seq_len"]), int(cal["seed"]), root)
     timings: dict[str, float] = {}
-    gptq_log: list[dict] = []
     with atomic_dir(output_dir) as tmp:
         t0 = time.perf_counter()
-        if method == "none":
-            for f in sorted(input_dir.iterdir()):
-                if f.is_file() and f.name != "config.json":
-                    _link_or_copy(f, tmp / f.name)
-        else:
-            gptq_log = _gptq(input_dir, tmp, qcfg, plan, cal, samples)
+        gptq_log = _quantize_into(tmp, input_dir, qcfg, plan, cal, samples)
         timings["quantize"] = time.perf_counter() - t0
         copied = _copy_side_files(input_dir, tmp)
         _fix_config(tmp, base_config, qcfg)
-        problems = check_checkpoint(tmp, exclude=list(qcfg.exclude)) if qcfg.check else []
-        if problems:
-            raise SoarError(f"the quantized checkpoint fails {len(problems)} check(s): " + "; ".join(problems[:5]),
-                            "see `soarlab check-checkpoint` on a kept copy; fix the preset in conf/quant/")
+        _refuse_bad_output(tmp, qcfg)
         t0 = time.perf_counter()
         quantized_bits = plan.quantized()
         errors = {}
@@ -235,7 +252,6 @@ def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg, mod
         timings["report"] = time.perf_counter() - t0
         size_before, size_after = rep.dir_size(input_dir), rep.dir_size(tmp)
     timings["total"] = time.perf_counter() - t_start
-    metrics = rep.summarize(plan.bits, shapes, errors, size_before, size_after, timings)
     return {
         "preset": str(qcfg.name),
         "method": method,
@@ -251,5 +267,5 @@ def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg, mod
         "warnings": plan.warnings + cal_warnings,
         "side_files_copied": copied,
         "checks": "passed" if qcfg.check else "skipped",
-        "metrics": metrics,
+        "metrics": rep.summarize(plan.bits, {m.name: m.shape for m in modules}, errors, size_before, size_after, timings),
     }

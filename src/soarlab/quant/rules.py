@@ -115,8 +115,6 @@ def build_plan(modules: Iterable[Module], qcfg) -> Plan:
     if base not in (4, 8):
         raise SoarError(f"quant.bits is {base}", "use 4 or 8 (what gptq_marlin serves)")
     excludes = [_compile(p, "quant.exclude") for p in (qcfg.exclude or [])]
-    group_size = int(qcfg.group_size)
-    rules = [_as_dict(r) for r in (qcfg.rules or [])]
 
     def excluded(m: Module) -> bool:
         return any(p.fullmatch(m.name) for p in excludes)
@@ -128,56 +126,68 @@ def build_plan(modules: Iterable[Module], qcfg) -> Plan:
 
     plan = Plan(base_bits=base, bits={m.name: default_bits(m) for m in modules})
     decided: set[str] = set()
-    for i, rule in enumerate(rules):
-        rname = rule.get("name") or f"rule {i}"
-        unknown = set(rule) - {"name", "match", "mixer", "bits", "override_exclude"}
-        if unknown:
-            raise SoarError(f"quant rule {rname!r} has unknown keys {sorted(unknown)}",
-                            "use name, match, mixer, bits, override_exclude")
-        if "match" not in rule and "mixer" not in rule:
-            raise SoarError(f"quant rule {rname!r} selects nothing", "give it `match` (a regex) and/or `mixer`")
-        if "bits" not in rule:
-            raise SoarError(f"quant rule {rname!r} has no `bits`", "set bits: 4, 8 or keep")
-        bits = rule["bits"]
-        if bits != KEEP and bits not in (4, 8):
-            raise SoarError(f"quant rule {rname!r} has bits={bits!r}", "use 4, 8 or keep")
-        pattern = _compile(rule["match"], f"quant rule {rname!r}") if rule.get("match") else None
-        mixer = rule.get("mixer")
-        hits = [m for m in modules
-                if (pattern is None or pattern.fullmatch(m.name)) and (mixer is None or m.mixer == mixer)
-                and (m.layer is not None or pattern is not None)]
-        plan.rule_hits[rname] = [m.name for m in hits]
-        if not hits:
-            msg = f"quant rule {rname!r} matches no module of this model (match={rule.get('match')!r}, mixer={mixer!r})"
-            plan.warnings.append(msg)
-            warnings.warn(msg, stacklevel=2)
-            continue
-        for m in hits:
-            if m.name in decided:
-                continue  # an earlier rule decided it
-            if bits == KEEP:
-                plan.bits[m.name] = None
-            else:
-                if excluded(m) and not rule.get("override_exclude"):
-                    raise SoarError(
-                        f"quant rule {rname!r} would quantize {m.name}, which quant.exclude keeps unquantized",
-                        "narrow the rule's regex/mixer, or set override_exclude: true on the rule if it is meant",
-                    )
-                if m.layer is None or m.leaf not in LAYER_LINEARS:
-                    raise SoarError(f"quant rule {rname!r} would quantize {m.name}",
-                                    "only decoder-layer linear layers can be GPTQ-quantized; narrow the rule")
-                plan.bits[m.name] = int(bits)
-            decided.add(m.name)
+    for i, rule in enumerate(_as_dict(r) for r in (qcfg.rules or [])):
+        _apply_rule(rule, rule.get("name") or f"rule {i}", modules, plan, decided, excluded)
     _check_fused_groups(plan, modules)
+    _check_group_size(plan, modules, int(qcfg.group_size))
+    plan.dynamic = to_dynamic(plan, modules)
+    return plan
+
+
+def _rule_hits(rule: dict, rname: str, modules: list[Module]) -> list[Module]:
+    """The modules a rule selects, once the rule is known to be well-formed."""
+    unknown = set(rule) - {"name", "match", "mixer", "bits", "override_exclude"}
+    if unknown:
+        raise SoarError(f"quant rule {rname!r} has unknown keys {sorted(unknown)}",
+                        "use name, match, mixer, bits, override_exclude")
+    if "match" not in rule and "mixer" not in rule:
+        raise SoarError(f"quant rule {rname!r} selects nothing", "give it `match` (a regex) and/or `mixer`")
+    if "bits" not in rule:
+        raise SoarError(f"quant rule {rname!r} has no `bits`", "set bits: 4, 8 or keep")
+    if rule["bits"] != KEEP and rule["bits"] not in (4, 8):
+        raise SoarError(f"quant rule {rname!r} has bits={rule['bits']!r}", "use 4, 8 or keep")
+    pattern = _compile(rule["match"], f"quant rule {rname!r}") if rule.get("match") else None
+    mixer = rule.get("mixer")
+    return [m for m in modules
+            if (pattern is None or pattern.fullmatch(m.name)) and (mixer is None or m.mixer == mixer)
+            and (m.layer is not None or pattern is not None)]
+
+
+def _apply_rule(rule: dict, rname: str, modules: list[Module], plan: Plan, decided: set[str], excluded) -> None:
+    """Set the bits of the modules the rule selects that no earlier rule decided."""
+    hits = _rule_hits(rule, rname, modules)
+    plan.rule_hits[rname] = [m.name for m in hits]
+    if not hits:
+        msg = f"quant rule {rname!r} matches no module of this model (match={rule.get('match')!r}, mixer={rule.get('mixer')!r})"
+        plan.warnings.append(msg)
+        warnings.warn(msg, stacklevel=3)
+        return
+    bits = rule["bits"]
+    for m in hits:
+        if m.name in decided:
+            continue  # an earlier rule decided it
+        if bits == KEEP:
+            plan.bits[m.name] = None
+        else:
+            if excluded(m) and not rule.get("override_exclude"):
+                raise SoarError(
+                    f"quant rule {rname!r} would quantize {m.name}, which quant.exclude keeps unquantized",
+                    "narrow the rule's regex/mixer, or set override_exclude: true on the rule if it is meant",
+                )
+            if m.layer is None or m.leaf not in LAYER_LINEARS:
+                raise SoarError(f"quant rule {rname!r} would quantize {m.name}",
+                                "only decoder-layer linear layers can be GPTQ-quantized; narrow the rule")
+            plan.bits[m.name] = int(bits)
+        decided.add(m.name)
+
+
+def _check_group_size(plan: Plan, modules: list[Module], group_size: int) -> None:
     for m in modules:
-        b = plan.bits[m.name]
-        if b is not None and group_size > 0 and m.shape[1] % group_size:
+        if plan.bits[m.name] is not None and group_size > 0 and m.shape[1] % group_size:
             raise SoarError(
                 f"{m.name} has {m.shape[1]} input features, not divisible by quant.group_size={group_size}",
                 "use a group size that divides every quantized layer's input size (e.g. 128 or 64), or -1",
             )
-    plan.dynamic = to_dynamic(plan, modules)
-    return plan
 
 
 def _check_fused_groups(plan: Plan, modules: list[Module]) -> None:

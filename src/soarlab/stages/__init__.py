@@ -15,8 +15,8 @@ TRIAL_LOGS_ENV = "SOARLAB_TRIAL_LOGS"
 
 
 def run_stage_cli(args) -> int:
-    from soarlab.decide.run_page import record_stage_time
     from soarlab.parent_death import stop_with_dvc
+    from soarlab.tracking.stage_times import record_stage_time
 
     stop_with_dvc()  # a killed `dvc` stops its stage (and the stage's server) too
     module = importlib.import_module(f"soarlab.stages.{args.name.replace('-', '_')}")

@@ -18,7 +18,8 @@ from soarlab.paths import project_root
 def evaluate(server, data_file, model_dir, cfg: DictConfig) -> tuple[dict, list[dict]]:
     """(summary, per-sample records) of the correctness set against a running server."""
     from soarlab.accuracy.runner import run_correctness, run_standard_tasks
-    from soarlab.accuracy.scoring import read_correctness_set, score_rows, summarize
+    from soarlab.accuracy.scoring import score_rows, summarize
+    from soarlab.datasets.correctness import read_correctness_set
 
     rows = read_correctness_set(data_file)
     predictions, lm_eval_info = run_correctness(server.base_url, server.model, data_file, model_dir, cfg.eval)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from soarlab.accuracy.dataset import fetch_correctness_set
 from soarlab.atomic import atomic_path, write_jsonl
+from soarlab.datasets.correctness import fetch_correctness_set
 from soarlab.datasets.soar import read_speed_set
 from soarlab.errors import SoarError
 from soarlab.paths import project_root

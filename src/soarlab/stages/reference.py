@@ -16,12 +16,12 @@ from omegaconf import DictConfig
 from soarlab.atomic import write_json
 from soarlab.datasets.soar import file_sha256
 from soarlab.errors import SoarError
-from soarlab.metrics.scoring import LEVELS
+from soarlab.domain import LEVELS
 from soarlab.paths import project_root
 
 
 def reference(cfg: DictConfig, speed_set_sha: str) -> dict:
-    from soarlab.tracking import recorded_durations
+    from soarlab.tracking.durations import recorded_durations
 
     ref = cfg.score.reference
     if ref.source == "config":

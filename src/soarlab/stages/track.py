@@ -13,9 +13,11 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from soarlab.datasets.soar import file_sha256
-from soarlab.decide.run_page import inputs_digest
 from soarlab.paths import project_root
-from soarlab.tracking import inputs_lock, log_pipeline_run, run_context, run_with_inputs, tracking_uri
+from soarlab.tracking.pipeline_run import log_pipeline_run, run_with_inputs
+from soarlab.tracking.run_page import inputs_digest
+from soarlab.tracking.store import inputs_lock, tracking_uri
+from soarlab.tracking.tags import run_context
 
 
 def run(cfg: DictConfig, params_file: str | Path = "params.yaml") -> None:

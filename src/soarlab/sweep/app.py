@@ -16,7 +16,7 @@ from pathlib import Path
 from soarlab.errors import SoarError
 from soarlab.paths import project_root
 from soarlab.sweep.record import override_key
-from soarlab.tracking import SWEEP_TRIAL_ENV
+from soarlab.tracking.tags import SWEEP_TRIAL_ENV
 
 SWEEPS_DIR = "sweeps"
 # What each launcher gets unless the command line sets it: one GPU per trial wherever trials run,

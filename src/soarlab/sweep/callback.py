@@ -8,7 +8,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from soarlab.sweep.record import SweepRecord, experiment_name, summary_table
-from soarlab.tracking import SWEEP_TRIAL_ENV, tracking_uri
+from soarlab.tracking.store import tracking_uri
+from soarlab.tracking.tags import SWEEP_TRIAL_ENV
 
 
 def sweep_name(config: DictConfig) -> str:

@@ -1,7 +1,7 @@
 """A sweep's record in MLflow: one parent run per sweep, one child run per trial.
 
 The pipeline's `track` stage makes each successful trial's child run (it reads the parent's id and
-the trial's key from the environment, see tracking.run_tags); a trial that failed before `track`
+the trial's key from the environment, see tracking.tags.run_tags); a trial that failed before `track`
 gets a FAILED child run here, with its reason. The record is also what makes a sweep resumable:
 a trial whose key already has a finished child run is not run again. Because it lives in MLflow,
 trials on other machines see it through the team's tracking server.
@@ -17,8 +17,8 @@ from typing import Sequence
 
 from omegaconf import DictConfig
 
-from soarlab.metrics.scoring import LEVELS
-from soarlab.tracking import _client as tracking_client
+from soarlab.domain import LEVELS
+from soarlab.tracking.store import open_store
 
 ROLE_TAG, SWEEP_TAG, TRIAL_TAG, FAILURE_TAG = "soarlab.role", "soarlab.sweep", "soarlab.trial", "soarlab.failure"
 PARENT_TAG = "mlflow.parentRunId"
@@ -86,7 +86,7 @@ def summary_table(results: Sequence[TrialResult]) -> str:
 
 class SweepRecord:
     def __init__(self, cfg: DictConfig, name: str):
-        self.client, self.experiment_id = tracking_client(cfg)
+        self.client, self.experiment_id = open_store(cfg)
         self.name = name
 
     def parent_id(self) -> str | None:

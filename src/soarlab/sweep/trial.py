@@ -22,15 +22,16 @@ from typing import Callable, Iterator, Sequence
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from soarlab.engines.process import _stop as stop_process_group
+from soarlab.engines.process import stop_process
 from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
 from soarlab.parent_death import set_parent_death_signal
 from soarlab.paths import project_root
 from soarlab.stages import TRIAL_LOGS_ENV
+from soarlab.schema import validate_trial
 from soarlab.sweep.lease import gpu_lease, try_lock
 from soarlab.sweep.record import SweepRecord, TrialResult, experiment_name, override_key, trial_key
-from soarlab.tracking import SWEEP_TRIAL_ENV
+from soarlab.tracking.tags import SWEEP_TRIAL_ENV
 
 # Override keys that configure the sweep itself, not the pipeline: never handed to `dvc exp run -S`.
 _SWEEP_KEYS = ("hydra", "sweep", "trial")
@@ -145,7 +146,7 @@ def _interrupt(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
     try:
         proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
-        stop_process_group(proc, grace_s=15, extra_stop=None)
+        stop_process(proc, grace_s=15)
 
 
 def experiment_score(root: Path, name: str, score_path: str) -> dict | None:
@@ -160,6 +161,7 @@ def experiment_score(root: Path, name: str, score_path: str) -> dict | None:
 def run_trial(cfg: DictConfig) -> float | None:
     """Hydra's task function: run one trial (or recall it, when a resumed sweep already finished it)
     and return its objective (None for a failed trial)."""
+    validate_trial(cfg.trial)  # a bad trial.* fails here, in one line, before any work
     hydra_cfg = HydraConfig.get()
     root = project_root(hydra_cfg.runtime.cwd)
     sweep = os.environ[SWEEP_TRIAL_ENV["soarlab.sweep"]]

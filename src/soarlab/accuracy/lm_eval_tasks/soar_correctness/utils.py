@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import json
 
-from soarlab.accuracy.scoring import FAILED_PREFIX, KNOWN_TASKS, read_correctness_set, score_prediction
+from soarlab.accuracy.scoring import FAILED_PREFIX, score_prediction
+from soarlab.datasets.correctness import KNOWN_TASKS, read_correctness_set
 
 
-def load_correctness(data_files=None, **_metadata):
-    """custom_dataset hook: the correctness set as {"test": Dataset}; gold is JSON-encoded (its type varies by task)."""
+def load_correctness(correctness_file=None, **_metadata):
+    """custom_dataset hook: the correctness set as {"test": Dataset}; gold is JSON-encoded (its type varies by task).
+    lm-eval calls it with the task's metadata, where run_correctness names the file."""
     import datasets
 
     from soarlab.errors import SoarError
 
-    path = data_files.get("test") if isinstance(data_files, dict) else data_files
+    path = correctness_file
     if not path:
-        raise SoarError("soar_correctness needs a data file", "pass dataset_kwargs={'data_files': {'test': PATH}}")
+        raise SoarError("soar_correctness needs a data file", "pass TaskManager(metadata={'correctness_file': PATH})")
     rows = read_correctness_set(path)
     return {
         "test": datasets.Dataset.from_list(

@@ -1,10 +1,8 @@
-"""What the MLflow UI shows of a pipeline run, beyond its numbers (issue 9, part 6).
+"""What the MLflow UI shows of a pipeline run, beyond its numbers and tags:
 
-- a name that says what was tried: the quant preset and the config keys that differ from conf/;
-- the pipeline's own start and end (each `soarlab stage` appends its times to reports/logs/);
 - the speed set and the correctness set as dataset inputs with their digests;
 - the checkpoint as a logged model that points at its DVC-versioned location and hash (nothing copied);
-- a reproduction recipe (the run's description) and a digest of its inputs, so that a no-op re-run
+- a digest of its inputs, so that a no-op re-run
   (`dvc repro` with nothing changed) is recognised instead of logged twice;
 - per-repeat level durations and per-request latencies as metric series (the run page's charts).
 """
@@ -14,44 +12,23 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
 
 from soarlab.datasets.soar import file_sha256
+from soarlab.tracking.tags import reproduction_steps
 
-# MLflow 3's UI opens an experiment on its GenAI pages unless this experiment tag says otherwise
-# (read by the experiment page in mlflow/server/js; "genai_development" is the other value).
-EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
-RUNS_TABLE_KIND = "custom_model_development"
 INPUTS_DIGEST_TAG = "soarlab.inputs_digest"
-STAGE_TIMES = Path("logs") / "stages.jsonl"  # under the reports folder; not a DVC output
 # MLflow stores a dataset digest in 36 characters; the full sha256 goes into the dataset's profile.
 _DIGEST_CHARS = 32
-
-
-def record_stage_time(reports: Path, stage: str, start: float, end: float) -> None:
-    path = reports / STAGE_TIMES
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as out:  # one short line per stage: appending is all-or-nothing in practice
-        out.write(json.dumps({"stage": stage, "start": start, "end": end}) + "\n")
-
-
-def pipeline_start_ms(reports: Path) -> int:
-    """When this pipeline execution began: the first stage recorded since the last `track`."""
-    path = reports / STAGE_TIMES
-    entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-    last_track = max((i for i, e in enumerate(entries) if e["stage"] == "track"), default=-1)
-    since = entries[last_track + 1 :]
-    return int(1000 * min((e["start"] for e in since), default=time.time()))
 
 
 def inputs_digest(reports: Path, params_file: Path, context: dict[str, str]) -> str:
     """sha256 over the config and every report a stage wrote: equal when nothing re-ran. Left out: logs,
     and reference.json, which the always-run reference stage rewrites (its count of recorded runs grows
     with every run); what it changes that matters, the best durations, shows in score.json.
-    `context`: the sweep trial it is (tracking.run_context): a trial is its own run, a child of its
+    `context`: the sweep trial it is (tracking.tags.run_context): a trial is its own run, a child of its
     sweep's, even where its results equal an earlier run's (all its stages came from DVC's cache)."""
     digest = hashlib.sha256(params_file.read_bytes())
     digest.update(json.dumps(context, sort_keys=True).encode())
@@ -59,43 +36,6 @@ def inputs_digest(reports: Path, params_file: Path, context: dict[str, str]) -> 
     for path in sorted(p for p in reports.rglob("*") if p.is_file() and p.relative_to(reports).parts[0] not in skipped):
         digest.update(str(path.relative_to(reports)).encode() + b"\0" + file_sha256(path).encode())
     return digest.hexdigest()
-
-
-def config_delta(params: dict[str, str], reference: dict[str, str], incidental) -> list[str]:
-    """The config keys of `params` that differ from `reference`, shortest first: a group whose
-    `name` changed shows as `group=name` (its other keys follow the preset); incidental keys never show."""
-    def incidental_key(key: str) -> bool:
-        return any(key == p or (p.endswith(".") and key.startswith(p)) for p in incidental)
-
-    changed = [k for k in sorted(set(params) | set(reference)) if params.get(k) != reference.get(k) and not incidental_key(k)]
-    groups = {k[: -len(".name")] for k in changed if k.endswith(".name") and "." not in k[: -len(".name")]}
-    presets = [f"{g}={params.get(f'{g}.name')}" for g in sorted(groups)]
-    keys = [f"{k}={params.get(k)}" for k in changed if k.split(".", 1)[0] not in groups]
-    return presets + keys
-
-
-def run_name(cfg, params: dict[str, str]) -> str:
-    """'gptq_w4', 'none', 'gptq_w4 · engine=sglang, engine.server_args.kv-cache-dtype=fp8_e4m3': the preset
-    and what changed; the keys of a group whose preset changed, against that preset (else two sweep
-    trials of engine=sglang that differ in one flag would get one name)."""
-    from soarlab.config import compose
-    from soarlab.errors import SoarError
-    from soarlab.tracking import run_params
-
-    def is_preset(item: str) -> bool:  # `engine=sglang`, not `engine.port=0`
-        return "." not in item.split("=", 1)[0]
-
-    incidental = cfg.decide.incidental_params
-    default = run_params(compose())
-    presets = [d for d in config_delta(params, default, incidental) if is_preset(d)]
-    try:
-        reference = run_params(compose(presets))
-    except SoarError:  # a group `name` set by hand, not a preset in conf/: its keys follow it, unnamed
-        reference = default
-    delta = presets + [d for d in config_delta(params, reference, incidental) if not is_preset(d)]
-    rest = [d for d in delta if not d.startswith("quant=")]
-    name = str(cfg.quant.name) + (" · " + ", ".join(rest) if rest else "")
-    return name if len(name) <= 250 else name[:249] + "…"
 
 
 def dataset_inputs(cfg, data_dir: Path) -> list:
@@ -150,19 +90,6 @@ def log_checkpoint(client, experiment_id: str, run_id: str, cfg, root: Path, tag
     client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
     client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step=0)])
     return model.model_id
-
-
-def reproduction_steps(tags: dict[str, str]) -> list[str]:
-    steps = [f"git checkout {tags.get('git.commit', '<commit>')}"]
-    if tags.get("dvc.experiment"):
-        steps.append(f"dvc exp apply {tags['dvc.experiment']}")
-    steps += ["dvc pull  # or `dvc checkout` where the DVC cache holds the outputs", "dvc repro  # re-runs only what is missing"]
-    return steps
-
-
-def recipe_markdown(tags: dict[str, str]) -> str:
-    lines = "\n".join(f"    {step}" for step in reproduction_steps(tags))
-    return f"**Reproduce this run** (commit {tags.get('git.commit', '?')}, DVC experiment {tags.get('dvc.experiment') or 'none: dvc repro'}):\n\n{lines}\n"
 
 
 def bench_series(reports: Path, levels, now_ms: int) -> list:

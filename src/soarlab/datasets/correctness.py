@@ -1,4 +1,5 @@
-"""The correctness set the accuracy stage runs on: `fetch_correctness_set(dataset_cfg, dest)`.
+"""The correctness set (RULES.md 3 format): its tasks, `read_correctness_set` (validated rows, a bad row
+named by its line) and `fetch_correctness_set(dataset_cfg, dest)`, what the fetch-data stage writes.
 
 Sources (`eval.dataset.source`):
   embedded  the offline default set shipped with soarlab (datasets/embedded/correctness.jsonl);
@@ -15,17 +16,54 @@ from __future__ import annotations
 import hashlib
 import shutil
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from soarlab.atomic import atomic_path
 from soarlab.datasets.embedded import CORRECTNESS as EMBEDDED
-from soarlab.datasets.soar import file_sha256
+from soarlab.datasets.soar import file_sha256, read_jsonl
 from soarlab.errors import SoarError
 
 RAW_URL = "https://raw.githubusercontent.com/{repo}/{commit}/{file}"
+# The task types whose gold the official scorer reads in a known way (soarlab.accuracy.scoring scores them).
+ANY_OF_TASKS = ("qa", "niah", "lcx")
+COVERAGE_TASKS = ("cwe", "fwe")
+KNOWN_TASKS = ("mcq", *ANY_OF_TASKS, *COVERAGE_TASKS)
+MCQ_LETTERS = "ABCD"
 
 
-def _download(url: str, target: Path, timeout: float = 120.0) -> None:
+def check_gold(task: Any, gold: Any) -> str | None:
+    """What is wrong with a row's task/gold, or None when it is usable."""
+    if not isinstance(task, str) or not task:
+        return "task must be a non-empty string"
+    if task == "mcq":
+        if not isinstance(gold, str) or len(gold.strip()) != 1 or gold.strip().upper() not in MCQ_LETTERS:
+            return f"mcq gold must be one letter A-D, got {gold!r}"
+        return None
+    if task in ANY_OF_TASKS or task in COVERAGE_TASKS:
+        if not isinstance(gold, list) or not gold or not all(isinstance(g, str) and g for g in gold):
+            return f"{task} gold must be a non-empty list of non-empty strings, got {gold!r}"
+        return None
+    if isinstance(gold, str) and gold:
+        return None
+    if isinstance(gold, list) and gold and all(isinstance(g, str) and g for g in gold):
+        return None
+    return f"gold of task {task!r} must be a non-empty string (or list of strings), got {gold!r}"
+
+
+def read_correctness_set(path: str | Path) -> list[dict]:
+    """Rows {"task", "question", "gold", "line"} of a SOAR correctness set; a bad row raises with its line."""
+    rows = []
+    for row in read_jsonl(path, ["task", "question", "gold"]):
+        problem = check_gold(row["task"], row["gold"])
+        if problem is None and not isinstance(row["question"], str):
+            problem = "question must be a string"
+        if problem:
+            raise SoarError(f"{path} line {row['_line']}: {problem}", "fix that line of the correctness set (RULES.md 3 format)")
+        rows.append({"task": row["task"], "question": row["question"], "gold": row["gold"], "line": row["_line"]})
+    return rows
+
+
+def _download(url: str, target: Path, timeout: float) -> None:
     import requests
 
     try:
@@ -59,8 +97,6 @@ def _pinned_hashes(dataset_cfg: Mapping) -> dict:
 
 def fetch_correctness_set(dataset_cfg: Mapping, dest: str | Path) -> Path:
     """Write the configured correctness set to `dest` (validated, atomically) and return `dest`."""
-    from soarlab.accuracy.scoring import read_correctness_set
-
     dest = Path(dest)
     source = dataset_cfg["source"]
     with atomic_path(dest) as tmp:
@@ -76,7 +112,7 @@ def fetch_correctness_set(dataset_cfg: Mapping, dest: str | Path) -> Path:
         elif source == "github":
             url = RAW_URL.format(repo=dataset_cfg["repo"], commit=dataset_cfg["commit"], file=dataset_cfg["file"])
             pinned = _pinned_hashes(dataset_cfg)
-            _download(url, tmp)
+            _download(url, tmp, float(dataset_cfg["download_timeout_s"]))
             for name, (digest, expected) in pinned.items():
                 got = digest(tmp)
                 if got != expected:

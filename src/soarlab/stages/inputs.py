@@ -1,0 +1,44 @@
+"""inputs: the content digests of the files and folders that params name, so that editing one re-runs the
+stages that read it, and nothing else.
+
+`bench.dataset.path`, `eval.dataset.path` (eval.dataset.source=file), `quant.calibration.source` (a path)
+and `model.local_path` (model.source=local) name files the fetch and quantize stages read, but DVC sees
+only the names, as params. This stage always runs (cheap: soarlab.digest remembers each file's digest
+under its identity and modification time) and writes one small file per input,
+reports/inputs/<input>.json = {"param", "path", "sha256"}: path and sha256 are null when the param names
+no file in this config, sha256 alone when the file is missing (the stage that reads it says so). The stage
+that reads an input lists that file in its deps. docs/ARCHITECTURE.md says why this and not `dvc add` or
+`dvc import-url`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from soarlab.atomic import write_json
+from soarlab.digest import content_digest
+from soarlab.paths import project_root
+
+
+def named_inputs(cfg) -> dict[str, tuple[str, str | None]]:
+    """{input: (param, the path it names in this config, or None when the config reads no such file)}."""
+    calibration = cfg.quant.calibration.source
+    return {
+        "model": ("model.local_path", cfg.model.local_path if cfg.model.source == "local" else None),
+        "speed_set": ("bench.dataset.path", cfg.bench.dataset.path or None),
+        "correctness_set": ("eval.dataset.path", cfg.eval.dataset.path if cfg.eval.dataset.source == "file" else None),
+        "calibration": ("quant.calibration.source", calibration if calibration != "corpus" else None),
+    }
+
+
+def run(cfg) -> None:
+    root = project_root()
+    for name, (param, named) in named_inputs(cfg).items():
+        path = None if named is None else Path(str(named)).expanduser()
+        if path is not None and not path.is_absolute():
+            path = root / path  # the stages read relative paths from the project root
+        record = {"param": param, "path": None if named is None else str(named),
+                  "sha256": None if path is None else content_digest(path)}
+        write_json(root / cfg.paths.reports / "inputs" / f"{name}.json", record)
+        if named is not None:
+            print(f"{param}={named}: sha256 {record['sha256'] or '(missing)'}")

@@ -1,0 +1,82 @@
+"""Log one pipeline execution as an MLflow run, from the files the stages wrote: the composed config as
+flattened params, every `reports/**/metrics.json` as metrics (prefixed by its folder, e.g.
+`bench.S1_duration_s`), `reports/score.json`, all report files as artifacts, and the tags of tags.py.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Iterator
+
+from soarlab.atomic import is_temp_output
+from soarlab.domain import LEVELS
+from soarlab.tracking import run_page
+from soarlab.tracking.params import run_name, run_params
+from soarlab.tracking.stage_times import pipeline_start_ms
+from soarlab.tracking.store import open_store
+from soarlab.tracking.tags import recipe_markdown, run_tags
+
+
+def _report_metrics(reports: Path) -> Iterator[tuple[str, float]]:
+    for path in sorted(reports.rglob("metrics.json")):
+        prefix = ".".join(path.parent.relative_to(reports).parts)
+        for key, value in json.loads(path.read_text()).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                yield f"{prefix}.{key}", float(value)
+    score = reports / "score.json"
+    if score.is_file():
+        for key, value in json.loads(score.read_text()).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                yield f"score.{key}", float(value)
+
+
+def _in_temp_output(path: Path, reports: Path) -> bool:
+    """Inside an unfinished write (soarlab.atomic): never a report, never uploaded."""
+    return any(is_temp_output(Path(part)) for part in path.relative_to(reports).parts)
+
+
+def run_with_inputs(cfg, digest: str) -> str | None:
+    """The id of a run already logged from exactly these inputs (a no-op re-run), or None."""
+    client, experiment_id = open_store(cfg)
+    found = client.search_runs([experiment_id], filter_string=f"tags.`{run_page.INPUTS_DIGEST_TAG}` = '{digest}'", max_results=1)
+    return found[0].info.run_id if found else None
+
+
+def log_pipeline_run(cfg, reports: Path, params_file: Path, speed_set_sha: str = "", inputs_digest: str = "",
+                     root: Path | None = None) -> str:
+    """Log one MLflow run from the files under `reports` (`root`: the project, default the params file's folder);
+    return its id."""
+    from mlflow.entities import Metric, Param
+
+    client, experiment_id = open_store(cfg)
+    root = params_file.parent if root is None else root
+    tags = {**run_tags(cfg, speed_set_sha), **({run_page.INPUTS_DIGEST_TAG: inputs_digest} if inputs_digest else {})}
+    tags["mlflow.note.content"] = recipe_markdown(tags)
+    params = run_params(cfg)
+    run = client.create_run(
+        experiment_id, start_time=pipeline_start_ms(reports), run_name=run_name(cfg, params), tags=tags
+    )
+    run_id = run.info.run_id
+    try:
+        now_ms = int(time.time() * 1000)
+        metrics = [Metric(k, v, now_ms, 0) for k, v in _report_metrics(reports)]
+        metrics += run_page.bench_series(reports, LEVELS, now_ms)
+        items = [Param(k, v) for k, v in params.items()]
+        for start in range(0, len(items), 100):  # MLflow's batch limit is 100 params per call
+            client.log_batch(run_id, params=items[start : start + 100])
+        for start in range(0, len(metrics), 1000):  # and 1000 metrics
+            client.log_batch(run_id, metrics=metrics[start : start + 1000])
+        client.log_inputs(run_id, datasets=run_page.dataset_inputs(cfg, root / cfg.paths.data))
+        run_page.log_checkpoint(client, experiment_id, run_id, cfg, root, tags)
+        client.log_artifact(run_id, str(params_file))
+        if (root / "dvc.lock").is_file():
+            client.log_artifact(run_id, str(root / "dvc.lock"))
+        for path in sorted(p for p in reports.rglob("*") if p.is_file() and not _in_temp_output(p, reports)):
+            client.log_artifact(run_id, str(path), artifact_path=str(path.parent.relative_to(reports.parent)))
+        client.set_terminated(run_id, "FINISHED", end_time=int(time.time() * 1000))
+    except BaseException:
+        client.set_terminated(run_id, "FAILED")
+        raise
+    return run_id

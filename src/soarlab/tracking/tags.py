@@ -1,0 +1,60 @@
+"""The tags of a pipeline run: what it ran (git commit, DVC experiment, model, quant, engine, speed set),
+the sweep trial it is, and the recipe that reproduces it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+# Tags a `soarlab sweep` trial hands to its pipeline's run through the environment (tag -> variable):
+# the parent run makes the run a child of the sweep's run in the MLflow UI.
+SWEEP_TRIAL_ENV = {
+    "mlflow.parentRunId": "SOARLAB_PARENT_RUN_ID",
+    "soarlab.sweep": "SOARLAB_SWEEP",
+    "soarlab.trial": "SOARLAB_TRIAL",
+    "soarlab.cuda_visible_devices": "CUDA_VISIBLE_DEVICES",
+}
+
+
+def run_context() -> dict[str, str]:
+    """The sweep trial this execution is (tag -> value; empty outside `soarlab sweep`): the sweep, its
+    parent run and the trial. Not the GPU it got, which says where it ran, not what it is."""
+    return {tag: os.environ[var] for tag, var in SWEEP_TRIAL_ENV.items()
+            if tag != "soarlab.cuda_visible_devices" and os.environ.get(var)}
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def run_tags(cfg, speed_set_sha: str) -> dict[str, str]:
+    tags = {
+        "git.commit": _git("rev-parse", "HEAD"),
+        # dvc.lock, params.yaml and score.json (a metric kept in git) are rewritten by the pipeline itself.
+        "git.dirty": str(bool(_git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!dvc.lock",
+                                   ":!params.yaml", f":!{cfg.paths.reports}/score.json"))),
+        "dvc.experiment": os.environ.get("DVC_EXP_NAME", ""),
+        "dvc.baseline_rev": os.environ.get("DVC_EXP_BASELINE_REV", ""),
+        "soarlab.model": str(cfg.model.name),
+        "soarlab.quant": str(cfg.quant.name),
+        "soarlab.engine": str(cfg.engine.name),
+        "soarlab.speed_set_sha": speed_set_sha,
+        **{tag: os.environ.get(var, "") for tag, var in SWEEP_TRIAL_ENV.items()},
+    }
+    return {key: value for key, value in tags.items() if value}
+
+
+def reproduction_steps(tags: dict[str, str]) -> list[str]:
+    steps = [f"git checkout {tags.get('git.commit', '<commit>')}"]
+    if tags.get("dvc.experiment"):
+        steps.append(f"dvc exp apply {tags['dvc.experiment']}")
+    steps += ["dvc pull  # or `dvc checkout` where the DVC cache holds the outputs", "dvc repro  # re-runs only what is missing"]
+    return steps
+
+
+def recipe_markdown(tags: dict[str, str]) -> str:
+    lines = "\n".join(f"    {step}" for step in reproduction_steps(tags))
+    return f"**Reproduce this run** (commit {tags.get('git.commit', '?')}, DVC experiment {tags.get('dvc.experiment') or 'none: dvc repro'}):\n\n{lines}\n"
