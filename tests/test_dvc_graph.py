@@ -191,6 +191,7 @@ def test_each_file_a_param_names_is_a_dep_of_its_reader_by_content():
             f"dvc.yaml stage {readers[name]} reads {param} but does not depend on its digest")
 
 
+@pytest.mark.slow
 def test_editing_a_file_a_param_names_re_runs_its_reader(tmp_path, tiny_model_dir):
     """Real DVC in a fresh copy of the project: `bench.dataset.path` names a speed set; an unchanged file
     re-runs nothing, an edited one (same name, so the params are unchanged) re-runs fetch-data and nothing
