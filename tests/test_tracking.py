@@ -140,3 +140,28 @@ def test_track_params_file_is_the_config_its_digest_and_artifact_come_from(track
     client = mlflow.MlflowClient(f"sqlite:///{track_project / 'mlflow.db'}")
     second_run = next(r for r in runs if r.data.params["eval.seed"] == "4321")
     assert "other.yaml" in {a.path for a in client.list_artifacts(second_run.info.run_id)}
+
+
+def test_a_no_op_track_skips_mlflow_while_the_store_is_unchanged(track_project):
+    """The second track of the same inputs answers from the memo without importing MLflow (what makes a
+    no-op `dvc repro` fast); a change to the store (a deleted run) or a new store is still noticed."""
+    (track_project / ".dvc").mkdir()
+    probe = ("import sys; from soarlab.cli import main; code = main(['stage', 'track']); "
+             "print('mlflow loaded' if 'mlflow' in sys.modules else 'mlflow not loaded'); sys.exit(code)")
+
+    def run_track() -> str:
+        proc = subprocess.run([sys.executable, "-c", probe], cwd=track_project, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout
+
+    first = run_track()
+    assert "logged to" in first and "mlflow loaded" in first
+    again = run_track()
+    assert "already holds these inputs" in again and "mlflow not loaded" in again
+    (run,) = logged_runs(track_project)
+    mlflow.MlflowClient(f"sqlite:///{track_project / 'mlflow.db'}").delete_run(run.info.run_id)
+    after_delete = run_track()
+    assert "logged to" in after_delete and len(logged_runs(track_project)) == 1
+    (track_project / "mlflow.db").unlink()
+    new_store = run_track()
+    assert "logged to" in new_store and len(logged_runs(track_project)) == 1

@@ -1,7 +1,8 @@
 """reference: the best durations (`duration_best` of RULES.md 1) the score is measured against.
 
 Always runs (dvc.yaml `always_changed`), because its source, the MLflow store, is state DVC cannot
-see; `score` then reads only files. `score.reference.source`:
+see; `score` then reads only files. While a local store is unchanged, its last answer is reused without
+loading MLflow (soarlab.tracking.memo). `score.reference.source`:
   config         the numbers in score.reference.durations
   best_recorded  the fastest valid run recorded for this model on this speed set, per level (null
                  where none is recorded; score then uses this run's own duration)
@@ -44,7 +45,16 @@ def reference(cfg: DictConfig, speed_set_sha: str) -> dict:
 
 
 def run(cfg: DictConfig) -> None:
+    from omegaconf import OmegaConf
+
+    from soarlab.tracking import memo
+
     root = project_root()
-    result = reference(cfg, file_sha256(root / cfg.paths.data / "speed.jsonl"))
+    speed_set_sha = file_sha256(root / cfg.paths.data / "speed.jsonl")
+    question = [OmegaConf.to_container(cfg.score.reference), str(cfg.model.name), cfg.tracking.experiment, speed_set_sha]
+    result = memo.recall(cfg, "reference", question)  # a no-op re-run: the store is unchanged, MLflow need not load
+    if result is None:
+        result = reference(cfg, speed_set_sha)
+        memo.remember(cfg, "reference", question, result)
     write_json(root / cfg.paths.reports / "reference.json", result)
     print(f"reference ({result['source']}, {result['runs']} run(s)): {result['durations']}")

@@ -1,19 +1,22 @@
 """track: log this pipeline execution as one MLflow run, from params.yaml (or --params FILE) and reports/.
 
 A re-run in which no stage ran (same config, same reports) is recognised by the digest of its
-inputs and not logged again, unless it is a sweep trial (each trial is a child run of its sweep);
+inputs and not logged again (without loading MLflow while a local store is unchanged since the answer
+was recorded: soarlab.tracking.memo), unless it is a sweep trial (each trial is a child run of its sweep);
 the look-up and the new run are one step under a lock, so concurrent tracks of the same inputs log
 one run. With official submissions recorded, the new run also gets the predicted official figures
 (soarlab.decide.calibration)."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from soarlab.datasets.soar import file_sha256
 from soarlab.paths import project_root
+from soarlab.tracking import memo
 from soarlab.tracking.pipeline_run import log_pipeline_run, run_with_inputs
 from soarlab.tracking.run_page import inputs_digest
 from soarlab.tracking.store import inputs_lock, tracking_uri
@@ -28,9 +31,11 @@ def run(cfg: DictConfig, params_file: str | Path = "params.yaml") -> None:
     reports, params_file = root / cfg.paths.reports, Path(params_file).resolve()  # as the CLI read it
     digest = inputs_digest(reports, params_file, run_context())
     speed_set = root / cfg.paths.data / "speed.jsonl"
-    with inputs_lock(cfg):  # the check and the run it creates as one step
-        same = run_with_inputs(cfg, digest)
+    same = memo.recall(cfg, "track", digest)  # a no-op re-run, the store unchanged since: MLflow need not load
+    with contextlib.nullcontext() if same else inputs_lock(cfg):  # the check and the run it creates as one step
+        same = same or run_with_inputs(cfg, digest)
         if same:
+            memo.remember(cfg, "track", digest, same)
             print(f"MLflow run {same} already holds these inputs and results (nothing re-ran): no new run logged")
             return
         run_id = log_pipeline_run(
@@ -38,6 +43,7 @@ def run(cfg: DictConfig, params_file: str | Path = "params.yaml") -> None:
             speed_set_sha=file_sha256(speed_set) if speed_set.is_file() else "", inputs_digest=digest,
         )
     log_predictions(cfg, [run_id])
+    memo.remember(cfg, "track", digest, run_id)
     print(f"MLflow run {run_id} logged to {tracking_uri(cfg)}; compare runs: {runs_table_url(cfg, run_id)}")
 
 

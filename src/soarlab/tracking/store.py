@@ -19,7 +19,7 @@ def tracking_uri(cfg) -> str:
     return f"sqlite:///{owning_project_root() / 'mlflow.db'}"
 
 
-def _sqlite_file(uri: str) -> Path | None:
+def sqlite_file(uri: str) -> Path | None:
     return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
 
 
@@ -28,7 +28,7 @@ def _store_lock(uri: str):
     two processes migrating one new database at once fail (`_alembic_tmp_experiments already exists`)."""
     from filelock import FileLock
 
-    db = _sqlite_file(uri)
+    db = sqlite_file(uri)
     if db is None:
         return contextlib.nullcontext()
     db.parent.mkdir(parents=True, exist_ok=True)
@@ -46,7 +46,7 @@ def inputs_lock(cfg):
     from filelock import FileLock
 
     uri = tracking_uri(cfg)
-    db = _sqlite_file(uri)
+    db = sqlite_file(uri)
     path = Path(f"{db}.inputs.lock") if db is not None else (
         Path(tempfile.gettempdir()) / f"soarlab-{os.getuid()}" / f"track-{hashlib.sha256(uri.encode()).hexdigest()[:16]}.lock")
     path.parent.mkdir(parents=True, exist_ok=True)
