@@ -64,9 +64,10 @@ start_box() {
         [ -e "$path" ] && mounts+=(-v "$path:$path:ro")
     done
     mkdir -p /root/.cache/pip && mounts+=(-v /root/.cache/pip:/root/.cache/pip)
-    # privileged with its own container storage: the test suite builds and runs the serving image inside
+    # Its own network namespace (its tests serve on loopback ports the host may use), privileged with its own
+    # container storage: the test suite builds and runs the serving image inside.
     mkdir -p "$WORK/containers"
-    podman run -d --name "$NAME" --network host --privileged -v "$WORK/containers:/var/lib/containers" \
+    podman run -d --name "$NAME" --privileged -v "$WORK/containers:/var/lib/containers" \
         -e PIP_DISABLE_PIP_VERSION_CHECK=1 "${mounts[@]}" "$BASE" sleep infinity >/dev/null
 }
 sweep() { in_box ". .venv/bin/activate && soarlab sweep quant=none,gptq_w8"; }
