@@ -25,8 +25,6 @@ from soarlab.tracking.tags import run_context
 
 def run(cfg: DictConfig, params_file: str | Path = "params.yaml") -> None:
     """`params_file`: the config file the stage was run with (`soarlab stage track --params FILE`)."""
-    from soarlab.decide.calibration import log_predictions
-
     root = project_root()
     reports, params_file = root / cfg.paths.reports, Path(params_file).resolve()  # as the CLI read it
     digest = inputs_digest(reports, params_file, run_context())
@@ -42,6 +40,8 @@ def run(cfg: DictConfig, params_file: str | Path = "params.yaml") -> None:
             cfg, reports=reports, params_file=params_file, root=root,
             speed_set_sha=file_sha256(speed_set) if speed_set.is_file() else "", inputs_digest=digest,
         )
+    from soarlab.decide.calibration import log_predictions  # scipy: loaded only when a run is logged
+
     log_predictions(cfg, [run_id])
     memo.remember(cfg, "track", digest, run_id)
     print(f"MLflow run {run_id} logged to {tracking_uri(cfg)}; compare runs: {runs_table_url(cfg, run_id)}")
