@@ -26,7 +26,8 @@ pytestmark = pytest.mark.slow
 
 FAST_S, SLOW_S = 0.01, 0.03
 # The served answers are the loopback's, so the tiny model is neither trained nor quantized (CPU time).
-COMMON = ["-S", "quant=none", "-S", "model.tiny.train_steps=0", "-S", "engine=external", "-S", "bench.repeats=3",
+# bench.repeats is the tiny default's 3.
+COMMON = ["-S", "quant=none", "-S", "model.tiny.train_steps=0", "-S", "engine=external",
           "-S", "bench.pause_after_flush_s=0", "-S", "eval.retries=0"]
 
 
@@ -65,8 +66,8 @@ def test_mlflow_reads_what_the_ui_shows(lab):
     assert lab["experiment"].tags["mlflow.experimentKind"] == "custom_model_development"
     assert lab["count"] == 3 and "no new run logged" in lab["noop"]  # the no-op `dvc repro` added no run
     fast, slow = runs["fast1"], runs["slow"]
-    assert fast.info.run_name == "none · engine=external, bench.pause_after_flush_s=0, bench.repeats=3, eval.retries=0, model.tiny.train_steps=0"
-    assert slow.info.run_name.endswith("bench.repeats=3, bench.warmup_max_tokens=16, eval.retries=0, model.tiny.train_steps=0")
+    assert fast.info.run_name == "none · engine=external, bench.pause_after_flush_s=0, eval.retries=0, model.tiny.train_steps=0"
+    assert slow.info.run_name.endswith("bench.pause_after_flush_s=0, bench.warmup_max_tokens=16, eval.retries=0, model.tiny.train_steps=0")
     assert fast.data.tags["git.dirty"] == "False"
     # The run spans the pipeline: it starts when its first stage started (fetch-model for the first run).
     first_stage = json.loads((dest / "reports" / "logs" / "stages.jsonl").read_text().splitlines()[0])
@@ -91,14 +92,36 @@ def test_mlflow_reads_what_the_ui_shows(lab):
 
 
 def test_compare_slower_and_within_noise(lab):
+    """fast1 and fast2 have the same inputs (engine.url is incidental): together they are the machine's
+    noise record, so their difference is judged against the spread between runs, not their repeats."""
     slower = _run(["soarlab", "compare", "fast1", "slow"], lab, ok=(3,))
     assert slower.stdout.count("-> slower") == 3 and "C settled in the same band (0.0)" in slower.stdout
+    assert "(from 2 runs in 1 groups of equal inputs)" in slower.stdout and "noise: noise record" in slower.stdout
     same = _json(["soarlab", "compare", "fast1", "fast2", "--json"], lab, ok=(1,))
     assert [d["verdict"] for d in same["levels"]] == ["within noise"] * 3
+    assert all(d["noise"] == ["noise record", "noise record"] for d in same["levels"])
     faster = _json(["soarlab", "compare", "slow", lab["runs"]["fast2"].info.run_id, "--json"], lab, ok=(0,))
     assert [d["verdict"] for d in faster["levels"]] == ["faster"] * 3
     bad = _run(["soarlab", "compare", "fast1", "no-such-run"], lab, ok=(2,))
     assert "no run 'no-such-run'" in bad.stderr
+    once = _run(["soarlab", "compare", "fast1", "slow", "--rerun", "1"], lab, ok=(2,))
+    assert "--rerun 1 gives no spread between runs" in once.stderr and "Fix:" in once.stderr
+
+
+def test_noise_record_from_the_recorded_runs(lab):
+    """The record's CV per level is the spread of the two identical runs' log mean durations, read back from MLflow."""
+    client = lab["client"]
+    board = _run(["soarlab", "leaderboard", "--no-plot", "--format", "json"], lab)
+    line = next(x for x in board.stderr.splitlines() if x.startswith("noise record of "))
+    for level in ("S1", "S8", "Smax"):
+        means = []
+        for name in ("fast1", "fast2"):
+            series = client.get_metric_history(lab["runs"][name].info.run_id, f"bench.{level}_repeat_duration_s")
+            means.append(sum(m.value for m in series) / len(series))
+        cv = abs(math.log(means[0]) - math.log(means[1])) / math.sqrt(2)  # sd of two values, one df
+        assert f"{level} {cv:.1%}" in line
+    gate = _run(["soarlab", "gate", "fast2", "--against", "fast1"], lab, ok=(1,))
+    assert "noise record of " in gate.stdout
 
 
 def test_leaderboard_order_and_config_difference(lab, tmp_path):

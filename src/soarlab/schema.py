@@ -186,6 +186,7 @@ class BenchGroup(Group):
     connect_timeout_s: Seconds
     level_timeout_s: Seconds | None  # null: a run of a level is never abandoned
     repeats: PositiveInt
+    rerun: str | None  # set by `soarlab compare --rerun` only
     progress: bool
     plot: bool
     profiles: dict[str, Profile]
@@ -283,6 +284,7 @@ class TrackingGroup(Group):
 # ---- decide ----
 class DecideCompare(Group):
     negligible_pct: Pause
+    rerun_timeout_s: Seconds
 
 
 class DecideCalibration(Group):

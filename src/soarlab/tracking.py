@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import platform
 import subprocess
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from soarlab.bench.metrics import level_key
 from soarlab.config import flatten
 from soarlab.domain import LEVELS
 from soarlab.decide import run_page
-from soarlab.decide.run_page import EXPERIMENT_KIND_TAG, INPUTS_DIGEST_TAG, RUNS_TABLE_KIND
+from soarlab.decide.run_page import EXPERIMENT_KIND_TAG, INPUTS_DIGEST_TAG, MACHINE_TAG, RUNS_TABLE_KIND
 from soarlab.paths import owning_project_root
 
 # MLflow rejects param values over this many characters.
@@ -36,7 +37,8 @@ SWEEP_TRIAL_ENV = {
     "soarlab.trial": "SOARLAB_TRIAL",
     "soarlab.cuda_visible_devices": "CUDA_VISIBLE_DEVICES",
 }
-
+# The `soarlab compare --rerun` a run belongs to (soarlab.decide.rerun), through the environment likewise.
+COMPARE_ENV = "SOARLAB_COMPARE"
 
 
 def run_context() -> dict[str, str]:
@@ -102,6 +104,9 @@ def run_tags(cfg: DictConfig, speed_set_sha: str) -> dict[str, str]:
         "soarlab.quant": str(cfg.quant.name),
         "soarlab.engine": str(cfg.engine.name),
         "soarlab.speed_set_sha": speed_set_sha,
+        # Between-run noise is a property of the machine (soarlab.decide.noise keeps a record per machine).
+        MACHINE_TAG: platform.node(),
+        "soarlab.compare": os.environ.get(COMPARE_ENV, ""),
         **{tag: os.environ.get(var, "") for tag, var in SWEEP_TRIAL_ENV.items()},
     }
     return {key: value for key, value in tags.items() if value}

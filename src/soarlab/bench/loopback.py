@@ -10,6 +10,10 @@ stops early at an "EOS" after `eos_after` tokens. The final chunk carries `usage
 
 Faults: `fault(payload) -> None | "http500" | "drop" | "hang" | "short"`.
 
+Drift between runs: with `run_drift` (factors), each GET /health (what every run's engine check
+sends first, as it would after a server start) moves the token delay to `token_delay_s` times the
+next factor (cycling): a controlled, deterministic run-to-run noise for the tests of `compare`.
+
 Run standalone (scripts/bench_client.py does): `python -m soarlab.bench.loopback --api sglang --port 0`
 prints `PORT <n>` once listening.
 """
@@ -21,7 +25,7 @@ import asyncio
 import json
 import threading
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 from aiohttp import web
 
@@ -38,6 +42,7 @@ class Stats:
         self.max_inflight = 0
         self.requests = 0
         self.flushes = 0
+        self.runs = 0  # GET /health calls under run_drift: runs started
         self.payloads: list[dict] = []
         self.handler_s = 0.0  # time spent inside request handlers (what the server itself costs)
         self.stop = asyncio.Event()  # set on shutdown: releases "hang" handlers
@@ -76,23 +81,25 @@ def make_app(
     eos_after: int = 3,
     done_marker: bool = True,
     stats: Stats | None = None,
+    run_drift: Sequence[float] = (),
 ) -> web.Application:
     stats = stats or Stats()
     app = web.Application()
     app[STATS] = stats
+    delay = [token_delay_s * run_drift[0] if run_drift else token_delay_s]
 
     async def stream(request: web.Request, chunks: list[bytes], mode: str | None) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        if token_delay_s <= 0 and mode != "drop":
+        if delay[0] <= 0 and mode != "drop":
             await resp.write(b"".join(chunks))
         else:
             for i, chunk in enumerate(chunks):
                 if mode == "drop" and i == len(chunks) // 2:
                     request.transport.close()  # the connection goes away mid-stream
                     return resp
-                if token_delay_s > 0:
-                    await asyncio.sleep(token_delay_s)
+                if delay[0] > 0:
+                    await asyncio.sleep(delay[0])
                 await resp.write(chunk)
         await resp.write_eof()
         return resp
@@ -151,6 +158,9 @@ def make_app(
         return web.json_response({"object": "list", "data": [{"id": model, "object": "model"}]})
 
     async def health(_request):
+        if run_drift:
+            stats.runs += 1
+            delay[0] = token_delay_s * run_drift[(stats.runs - 1) % len(run_drift)]
         return web.Response(text="ok")
 
     async def get_stats(_request):

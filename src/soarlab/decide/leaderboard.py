@@ -3,7 +3,8 @@
 Each row: final (the local score against the fastest run on the same model and speed set), C and
 the ori interval, each level's duration with its spread over repeats, the predicted official final
 with its interval once a submission is recorded (ranked by it then), and the config keys that
-differ from the best run. The plot (performance against normalized accuracy, points labelled by
+differ from the best run. Below it, each machine's noise record (soarlab.decide.noise): the between-run
+CV per level and the number of runs behind it. The plot (performance against normalized accuracy, points labelled by
 run) is written as a PNG and logged to the experiment's `leaderboard` run.
 """
 
@@ -152,6 +153,11 @@ def leaderboard_cli(args) -> int:
         print(f"soarlab: warning: {warning}", file=sys.stderr)
     table = rows(runs, calibration, cfg)
     print(render(table, args.format))
+    for record in calibration.noise.values():
+        print(record.describe(), file=sys.stderr)
+    if not calibration.noise and runs:
+        print("no noise record: no two runs with the same inputs on one machine, so a duration's run-to-run noise "
+              "is unknown; measure it with `soarlab compare A B --rerun 3`", file=sys.stderr)
     if not args.no_plot and table:
         target = Path(args.plot or project_root() / cfg.decide.leaderboard.plot)
         if pareto_plot(table, target, cfg.score.c_table):

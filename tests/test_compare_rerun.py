@@ -1,0 +1,104 @@
+"""`soarlab compare A B --rerun N` on real pipeline runs (`dvc exp run`, real DVC, MLflow, lm-eval) served
+by loopback servers (soarlab.bench.loopback) with a controlled drift between runs: every run's start
+(its engine health check) moves the server's per-token delay by the next factor of DRIFT, the same
+sequence on every server, as a machine's state drifts between runs. Within one run the repeats see no
+drift, so the spread of a run's repeats is far below the spread between runs, as on a real GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+
+import mlflow
+import pytest
+
+from soarlab.bench.loopback import LoopbackServer
+
+from conftest import make_project
+
+pytestmark = pytest.mark.slow
+
+DELAY_S = 0.02
+SLOWDOWN = 1.05  # B's per-token delay: a real slowdown of 5 %
+# Base run, then the reruns: between-run spread about 0.8 %, far above each run's repeats'.
+DRIFT = (1.0, 1.008, 0.992, 1.0)
+COMMON = ["-S", "quant=none", "-S", "model.tiny.train_steps=0", "-S", "engine=external",
+          "-S", "bench.pause_after_flush_s=0", "-S", "eval.retries=0"]
+
+
+def _run(cmd: list[str], lab, ok=(0,)) -> subprocess.CompletedProcess:
+    dest, env = lab["project"]
+    proc = subprocess.run(cmd, cwd=dest, env=env, capture_output=True, text=True, timeout=2400)
+    assert proc.returncode in ok, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """Runs a, a_twin (identical) and slow (5 % slower per token), compared with reruns while their servers run."""
+    lab = {"project": make_project(tmp_path_factory.mktemp("rerun"))}
+    with LoopbackServer(token_delay_s=DELAY_S, run_drift=DRIFT) as a, \
+            LoopbackServer(token_delay_s=DELAY_S, run_drift=DRIFT) as twin, \
+            LoopbackServer(token_delay_s=DELAY_S * SLOWDOWN, run_drift=DRIFT) as slow:
+        for name, server in (("a", a), ("a_twin", twin), ("slow", slow)):
+            _run(["dvc", "exp", "run", "-n", name, *COMMON, "-S", f"engine.url={server.base_url}"], lab)
+        lab["same"] = _run(["soarlab", "compare", "a", "a_twin", "--rerun", "3", "--json"], lab, ok=(0, 1, 3, 4))
+        lab["slower"] = _run(["soarlab", "compare", "a_twin", "slow", "--rerun", "3", "--json"], lab, ok=(0, 1, 3, 4))
+        lab["runs_started"] = (a.stats.runs, twin.stats.runs, slow.stats.runs)
+    lab["client"] = mlflow.MlflowClient(f"sqlite:///{lab['project'][0] / 'mlflow.db'}")
+    return lab
+
+
+def test_identical_configurations_are_within_noise(lab):
+    same = json.loads(lab["same"].stdout)
+    assert lab["same"].returncode == 1, lab["same"].stdout
+    assert [d["verdict"] for d in same["levels"]] == ["within noise"] * 3
+    assert all(d["noise"] == ["reruns", "reruns"] and d["runs"] == [3, 3] for d in same["levels"])
+
+
+def test_a_five_percent_slowdown_is_slower(lab):
+    slower = json.loads(lab["slower"].stdout)
+    verdicts = [d["verdict"] for d in slower["levels"]]
+    assert slower["exit_code"] == 3 and verdicts[0] == "slower" and "faster" not in verdicts, lab["slower"].stdout
+
+
+def test_reruns_are_interleaved_fresh_runs_logged_and_tagged(lab):
+    assert lab["runs_started"] == (1 + 3, 1 + 3 + 3, 1 + 3)  # every rerun checked its server anew
+    client = lab["client"]
+    experiment = client.get_experiment_by_name("soarlab")
+    for result in (json.loads(lab["same"].stdout), json.loads(lab["slower"].stdout)):
+        runs = [client.get_run(i) for i in result["a_runs"] + result["b_runs"]]
+        tags = {r.data.tags["soarlab.compare"] for r in runs}
+        assert len(tags) == 1 and tags.pop().startswith("compare-")
+        order = sorted(runs, key=lambda r: r.info.start_time)
+        assert [r.data.tags["dvc.experiment"][-2:] for r in order] == ["A1", "B1", "A2", "B2", "A3", "B3"]
+        assert all(r.data.metrics["bench.S1_valid"] == 1.0 for r in runs)
+    assert len(client.search_runs([experiment.experiment_id], max_results=100)) == 3 + 12
+
+
+def test_the_noise_record_pools_the_reruns(lab):
+    """The between-run CV of the record equals the pooled spread of the groups' log run means, read back from MLflow."""
+    client = lab["client"]
+    experiment = client.get_experiment_by_name("soarlab")
+    runs = client.search_runs([experiment.experiment_id], max_results=100)
+
+    def mean_s1(run) -> float:
+        series = client.get_metric_history(run.info.run_id, "bench.S1_repeat_duration_s")
+        return sum(m.value for m in series) / len(series)
+
+    # Groups of equal inputs: a and its 3 reruns + a_twin and its 6 (engine.url is incidental), slow and its 3.
+    groups: dict[str, list[float]] = {}
+    for run in runs:
+        key = "slow" if run.data.params["engine.url"] == run_url(runs, "slow") else "fast"
+        groups.setdefault(key, []).append(math.log(mean_s1(run)))
+    squares = sum(sum((x - sum(g) / len(g)) ** 2 for x in g) for g in groups.values())
+    df = sum(len(g) - 1 for g in groups.values())
+    board = _run(["soarlab", "leaderboard", "--no-plot", "--format", "json"], lab)
+    line = next(x for x in board.stderr.splitlines() if x.startswith("noise record of "))
+    assert f"S1 {math.sqrt(squares / df):.1%}" in line and "(from 15 runs in 2 groups of equal inputs)" in line
+
+
+def run_url(runs, name: str) -> str:
+    return next(r.data.params["engine.url"] for r in runs if r.data.tags.get("dvc.experiment") == name)
