@@ -141,6 +141,35 @@ def test_leaderboard_order_and_config_difference(lab, tmp_path):
     assert len(_json(["soarlab", "leaderboard", "--no-plot", "--format", "json", "--speed-set", sha], lab)) == 3
 
 
+def test_pareto_plot_merges_identical_configs_and_labels_never_overlap(lab, tmp_path):
+    import dataclasses
+
+    from soarlab.config import compose
+    from soarlab.decide.calibration import fit
+    from soarlab.decide.leaderboard import pareto_plot, rows
+    from soarlab.decide.runs import load_runs
+
+    dest = lab["project"][0]
+    cfg = compose([f"tracking.uri=sqlite:///{dest / 'mlflow.db'}"], root=dest)
+    runs = load_runs(cfg)[2]
+    calibration = fit(runs, cfg)
+    found, _ = pareto_plot(rows(runs, calibration, cfg), runs, cfg, calibration.noise, tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+    assert sorted(p.runs for p in found) == [1, 2]  # fast1 and fast2 are one configuration: one point
+    merged = next(p for p in found if p.runs == 2)
+    assert merged.label.endswith(" ×2") and merged.on_front  # the faster configuration at the same accuracy
+    assert merged.perf_low < merged.performance < merged.perf_high  # the noise record's spread
+    assert merged.ori == lab["client"].get_run(lab["runs"]["fast1"].info.run_id).data.metrics["accuracy.ori_accuracy"]
+    # Crowded: each run as 5 configurations (one key changed), ten labels at two points.
+    crowd = [dataclasses.replace(r, run_id=f"{r.run_id[:-2]}{i:02d}", params={**r.params, "bench.seed": str(i)})
+             for r in runs for i in range(5)]
+    found, boxes = pareto_plot(rows(crowd, fit(crowd, cfg), cfg), crowd, cfg, {}, tmp_path / "crowd.png")
+    assert len(found) == len(boxes) == 10  # fast1 and fast2 still merge, per seed
+    overlapping = [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:]
+                   if a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]]
+    assert overlapping == []
+
+
 def test_record_submission_rejects_missing_and_nonsense_figures(lab):
     for args, says in ((["--S1", "10", "--S8", "10", "--accuracy", "80"], "missing --Smax"),
                        (["--S1", "-5", "--S8", "10", "--Smax", "10", "--accuracy", "80"], "--S1 -5.0 is not a duration"),
