@@ -64,7 +64,7 @@ def main() -> None:
     from soarlab.domain import LEVELS
 
     cfg = compose()
-    bench = bench_cfg(progress=False)  # conf/bench/tiny.yaml: its repeats, flush, warm-up
+    bench = bench_cfg(repeats=int(cfg.bench.repeats))  # conf/bench/tiny.yaml: its repeats, flush, warm-up
     rng = random.Random(1)
     requests = [BenchRequest(index=i, line=i + 1, prompt="word " * 40, prompt_len=41, output_len=rng.randint(8, 24))
                 for i in range(int(bench.dataset.num_requests))]

@@ -16,7 +16,7 @@ import pytest
 
 from soarlab.bench.loopback import LoopbackServer
 
-from conftest import make_project
+from conftest import LOOPBACK_PIPELINE, make_project, run_in
 
 pytestmark = pytest.mark.slow
 
@@ -24,15 +24,11 @@ DELAY_S = 0.02
 SLOWDOWN = 1.05  # B's per-token delay: a real slowdown of 5 %
 # Base run, then the reruns: between-run spread about 0.8 %, far above each run's repeats'.
 DRIFT = (1.0, 1.008, 0.992, 1.0)
-COMMON = ["-S", "quant=none", "-S", "model.tiny.train_steps=0", "-S", "engine=external",
-          "-S", "bench.pause_after_flush_s=0", "-S", "eval.retries=0"]
+COMMON = LOOPBACK_PIPELINE
 
 
 def _run(cmd: list[str], lab, ok=(0,)) -> subprocess.CompletedProcess:
-    dest, env = lab["project"]
-    proc = subprocess.run(cmd, cwd=dest, env=env, capture_output=True, text=True, timeout=2400)
-    assert proc.returncode in ok, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc
+    return run_in(lab["project"], cmd, ok, timeout=2400)
 
 
 @pytest.fixture(scope="module")
