@@ -136,6 +136,7 @@ class SGLangEngine(ServedEngine):
     container_shm_size: str
     container_args: Args
     jit_cache_dir: str | None  # where SGLang's JIT compilers keep what they build; null: their defaults
+    enable_metrics: bool  # --enable-metrics at a local launch (bench samples GET /metrics)
     server_args: dict[str, ServerArg]
 
 
@@ -169,6 +170,12 @@ class Profile(Group):
     mix: Annotated[list[ProfileComponent], Field(min_length=1)]
 
 
+class ServerMetrics(Group):
+    every_s: Seconds
+    prometheus: dict[str, str]
+    nvml: bool
+
+
 class BenchGroup(Group):
     dataset: SpeedSetSource
     levels: dict[str, PositiveInt | None]
@@ -188,6 +195,7 @@ class BenchGroup(Group):
     repeats: PositiveInt
     rerun: str | None  # set by `soarlab compare --rerun` only
     progress: bool
+    server_metrics: ServerMetrics
     plot: bool
     profiles: dict[str, Profile]
 

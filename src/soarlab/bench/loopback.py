@@ -10,6 +10,11 @@ stops early at an "EOS" after `eos_after` tokens. The final chunk carries `usage
 
 Faults: `fault(payload) -> None | "http500" | "drop" | "hang" | "short"`.
 
+Prometheus: in sglang mode, GET /metrics serves SGLang's gauges in the Prometheus text format
+(running requests = requests in flight, queued 0, token usage and generation throughput
+`kv_cache_usage` / `gen_throughput`), as SGLang does with --enable-metrics; OpenAI mode has none
+(like `transformers serve`).
+
 Drift between runs: with `run_drift` (factors), each GET /health (what every run's engine check
 sends first, as it would after a server start) moves the token delay to `token_delay_s` times the
 next factor (cycling): a controlled, deterministic run-to-run noise for the tests of `compare`.
@@ -82,6 +87,8 @@ def make_app(
     done_marker: bool = True,
     stats: Stats | None = None,
     run_drift: Sequence[float] = (),
+    kv_cache_usage: float = 0.25,
+    gen_throughput: float = 1000.0,
 ) -> web.Application:
     stats = stats or Stats()
     app = web.Application()
@@ -163,6 +170,13 @@ def make_app(
             delay[0] = token_delay_s * run_drift[(stats.runs - 1) % len(run_drift)]
         return web.Response(text="ok")
 
+    async def prometheus(_request):
+        gauges = {"sglang:num_running_reqs": stats.inflight, "sglang:num_queue_reqs": 0,
+                  "sglang:token_usage": kv_cache_usage, "sglang:gen_throughput": gen_throughput}
+        text = "".join(f"# HELP {name} loopback\n# TYPE {name} gauge\n{name}{{model_name=\"{model}\"}} {value}\n"
+                       for name, value in gauges.items())
+        return web.Response(text=text, content_type="text/plain")
+
     async def get_stats(_request):
         return web.json_response({k: v for k, v in vars(stats).items() if isinstance(v, (int, float))})
 
@@ -175,6 +189,7 @@ def make_app(
         app.router.add_get("/get_model_info", model_info)
         app.router.add_get("/get_server_info", server_info)
         app.router.add_get("/server_info", server_info)
+        app.router.add_get("/metrics", prometheus)
     else:
         app.router.add_post("/v1/completions", generate)
     return app

@@ -91,8 +91,11 @@ def server_flags(engine, serve_quantization: str | None) -> list[str]:
 def build_command(cfg, model_dir: Path, host: str, port: int) -> list[str]:
     """`python -m sglang.launch_server` on model_dir with the configured flags."""
     python = cfg.engine.python or sys.executable
+    flags = server_flags(cfg.engine, cfg.quant.serve_quantization)
+    if cfg.engine.enable_metrics and "--enable-metrics" not in flags:
+        flags.append("--enable-metrics")  # Prometheus /metrics for bench (soarlab.bench.server_metrics)
     return [str(python), "-m", "sglang.launch_server", "--model-path", str(model_dir),
-            "--host", host, "--port", str(port), *server_flags(cfg.engine, cfg.quant.serve_quantization)]
+            "--host", host, "--port", str(port), *flags]
 
 
 def jit_container_args(cfg) -> list[str]:
