@@ -2,8 +2,8 @@
 MLflow runs made by the real pipeline (`dvc exp run` on the tiny default: real DVC, GPTQModel, lm-eval).
 
 The pipeline's engine is `engine=external`, pointed at loopback servers (soarlab.bench.loopback)
-started here: two identical ones at FAST_S per token (runs fast1, fast2) and one at SLOW_S (runs slow,
-slow2 with one more config change). Equal configurations are the noise record's two groups. They have no chat endpoint,
+started here: two identical ones at FAST_S per token (runs fast1, fast2) and two at SLOW_S (runs slow,
+slow2, with one more config change; each server its own, so that DVC measures each run anew). Equal configurations are the noise record's two groups. They have no chat endpoint,
 so every correctness request fails and scores 0 (local C = 0, with a settled interval [0, 0]); the
 accuracy offset of a recorded submission is what puts predictions in the C = 1 band.
 """
@@ -39,10 +39,10 @@ def lab(tmp_path_factory):
     lab = {"project": make_project(tmp_path_factory.mktemp("decide"))}
     dest = lab["project"][0]
     with LoopbackServer(token_delay_s=FAST_S) as fast1, LoopbackServer(token_delay_s=FAST_S) as fast2, \
-            LoopbackServer(token_delay_s=SLOW_S) as slow:
+            LoopbackServer(token_delay_s=SLOW_S) as slow, LoopbackServer(token_delay_s=SLOW_S) as slow2:
         for name, server, extra in (("fast1", fast1, []), ("fast2", fast2, []),
                                     ("slow", slow, ["-S", "bench.warmup_max_tokens=16"]),
-                                    ("slow2", slow, ["-S", "bench.warmup_max_tokens=16"])):
+                                    ("slow2", slow2, ["-S", "bench.warmup_max_tokens=16"])):
             _run(["dvc", "exp", "run", "-n", name, *COMMON, "-S", f"engine.url={server.base_url}", *extra], lab)
         lab["noop"] = _run(["dvc", "repro"], lab).stdout
     client = mlflow.MlflowClient(f"sqlite:///{dest / 'mlflow.db'}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -45,7 +46,7 @@ def rerun_pair(cfg, a: RunRecord, b: RunRecord, n: int) -> tuple[list[RunRecord]
         for i in range(1, n + 1):
             for label, run in (("A", a), ("B", b)):
                 name = f"{ident}-{label}{i}"
-                print(f"rerun {i}/{n} of {label} ({run.name}): dvc exp run {name}", flush=True)
+                print(f"rerun {i}/{n} of {label} ({run.name}): dvc exp run {name}", file=sys.stderr, flush=True)
                 code = run_experiment(root, name, rerun_overrides(run, f"{ident}-{label}{i}"), env,
                                       float(cfg.decide.compare.rerun_timeout_s), log, lambda: None, pull=False)
                 if code != 0:
