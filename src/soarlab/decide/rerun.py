@@ -32,11 +32,9 @@ def rerun_overrides(run: RunRecord, token: str) -> list[str]:
 
 def rerun_pair(cfg, a: RunRecord, b: RunRecord, n: int) -> tuple[list[RunRecord], list[RunRecord]]:
     """Run A and B `n` times each, A B A B ...; return their MLflow runs (A's, B's)."""
-    from soarlab.sweep.app import check_outputs_cached
     from soarlab.sweep.trial import failure_reason, run_experiment
 
     root = project_root()
-    check_outputs_cached(root, rerun_stages=("evaluate",))  # upstream stages come from the cache, as in sweep trials
     ident = "compare-" + hashlib.sha1(f"{a.run_id} {b.run_id} {time.time()}".encode()).hexdigest()[:8]
     log_path = root / ".dvc" / "tmp" / "compare" / f"{ident}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)

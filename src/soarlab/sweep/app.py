@@ -72,11 +72,10 @@ def default_name(argv: list[str]) -> str:
     return "sweep-" + hashlib.sha1(" ".join(sorted(argv)).encode()).hexdigest()[:8]
 
 
-def check_outputs_cached(root, rerun_stages: tuple[str, ...] = ()) -> None:
+def check_outputs_cached(root) -> None:
     """Refuse to start when the committed dvc.lock names folder outputs this machine's DVC cache lacks
     (a fresh clone): DVC 3.67 then fails trials whose stages come from its run cache ("failed to load
-    directory"), because it still looks them up while it stages the trial's files. Outputs of
-    `rerun_stages`, which the caller makes run again, do not count."""
+    directory"), because it still looks them up while it stages the trial's files."""
     import subprocess
 
     import yaml
@@ -88,7 +87,7 @@ def check_outputs_cached(root, rerun_stages: tuple[str, ...] = ()) -> None:
     cache_dir = Path(cache.stdout.strip() or root / ".dvc" / "cache") / "files" / "md5"
     stages = (yaml.safe_load(lock.read_text()) or {}).get("stages", {})
     # Folder outputs: DVC reads their listings (`.dir` objects) from the cache while it runs a trial.
-    missing = [out["path"] for name, stage in stages.items() if name not in rerun_stages for out in stage.get("outs", [])
+    missing = [out["path"] for stage in stages.values() for out in stage.get("outs", [])
                if str(out.get("md5", "")).endswith(".dir")
                and not (cache_dir / out["md5"][:2] / out["md5"][2:]).exists()]
     if missing:
