@@ -38,8 +38,9 @@ def lab(tmp_path_factory):
     with LoopbackServer(token_delay_s=DELAY_S, run_drift=DRIFT) as a, \
             LoopbackServer(token_delay_s=DELAY_S, run_drift=DRIFT) as twin, \
             LoopbackServer(token_delay_s=DELAY_S * SLOWDOWN, run_drift=DRIFT) as slow:
-        for name, server in (("a", a), ("a_twin", twin), ("slow", slow)):
-            _run(["dvc", "exp", "run", "-n", name, *COMMON, "-S", f"engine.url={server.base_url}"], lab)
+        # slow is also another configuration (one more key), as a slower setting is: its own noise-record group.
+        for name, server, extra in (("a", a, []), ("a_twin", twin, []), ("slow", slow, ["-S", "bench.warmup_max_tokens=16"])):
+            _run(["dvc", "exp", "run", "-n", name, *COMMON, "-S", f"engine.url={server.base_url}", *extra], lab)
         lab["same"] = _run(["soarlab", "compare", "a", "a_twin", "--rerun", "3", "--json"], lab, ok=(0, 1, 3, 4))
         lab["slower"] = _run(["soarlab", "compare", "a_twin", "slow", "--rerun", "3", "--json"], lab, ok=(0, 1, 3, 4))
         lab["runs_started"] = (a.stats.runs, twin.stats.runs, slow.stats.runs)
