@@ -39,7 +39,8 @@ command -v "$PYTHON" >/dev/null || PYTHON=python3
 .venv/bin/python -m pip install -q --upgrade pip
 # The CPU build first: a plain `torch` requirement would pull a multi-GB CUDA build.
 .venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -e ".[dev]"
+extras=dev; $gpu && extras=dev,gpu
+.venv/bin/python -m pip install -q -e ".[$extras]"
 echo "setup done: $(.venv/bin/soarlab --help | head -1)"
 
 if $gpu; then

@@ -15,7 +15,9 @@ def bench_cfg(**changes):
     base = OmegaConf.load(ROOT / "conf" / "bench" / "soar.yaml")
     tiny = OmegaConf.load(ROOT / "conf" / "bench" / "tiny.yaml")
     tiny.pop("defaults", None)
-    cfg = OmegaConf.merge(base, tiny, {"pause_after_flush_s": 0.0, "progress": False, "request_timeout_s": 20}, changes)
+    # One timed run per level unless a test asks for repeats (the tiny default runs 3).
+    test_friendly = {"pause_after_flush_s": 0.0, "progress": False, "request_timeout_s": 20, "repeats": 1}
+    cfg = OmegaConf.merge(base, tiny, test_friendly, changes)
     OmegaConf.set_struct(cfg, True)
     return cfg
 

@@ -68,3 +68,17 @@ def make_fresh_project(dest: Path) -> tuple[Path, dict[str, str]]:
     subprocess.run(["git", "rm", "-q", "dvc.lock"], cwd=dest, env=env, check=True)
     subprocess.run(["git", "commit", "-qm", "no outputs yet"], cwd=dest, env=env, check=True)
     return dest, env
+
+
+# A pipeline served by a loopback server (soarlab.bench.loopback, given with -S engine.url=...): the served
+# answers are the loopback's, so the tiny model is neither trained nor quantized (CPU time).
+LOOPBACK_PIPELINE = ["-S", "quant=none", "-S", "engine=external",
+                     "-S", "bench.pause_after_flush_s=0", "-S", "eval.retries=0"]
+
+
+def run_in(project: tuple[Path, dict[str, str]], cmd: list[str], ok=(0,), timeout: float = 1500) -> subprocess.CompletedProcess:
+    """`cmd` in a make_project project; its exit code must be one of `ok`."""
+    dest, env = project
+    proc = subprocess.run(cmd, cwd=dest, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode in ok, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc

@@ -19,7 +19,9 @@ def _run(run_id: str, durations: dict, ori: float, official: dict | None = None,
     if official:
         metrics |= {f"official.{k}": v for k, v in official.items()}
         tags["soarlab.submitted"] = "true"
-    return RunRecord(run_id, run_id, 0, tags, {"model.baseline_accuracy": "80"}, metrics, repeats or {})
+    # Each run its own config: runs of one config would form a group of the noise record.
+    params = {"model.baseline_accuracy": "80", "quant.name": run_id}
+    return RunRecord(run_id, run_id, 0, tags, params, metrics, repeats or {})
 
 
 @pytest.fixture

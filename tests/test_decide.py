@@ -2,7 +2,8 @@
 MLflow runs made by the real pipeline (`dvc exp run` on the tiny default: real DVC, GPTQModel, lm-eval).
 
 The pipeline's engine is `engine=external`, pointed at loopback servers (soarlab.bench.loopback)
-started here: two identical ones at FAST_S per token and one at SLOW_S. They have no chat endpoint,
+started here: two identical ones at FAST_S per token (runs fast1, fast2) and two at SLOW_S (runs slow,
+slow2, with one more config change; each server its own, so that DVC measures each run anew). Equal configurations are the noise record's two groups. They have no chat endpoint,
 so every correctness request fails and scores 0 (local C = 0, with a settled interval [0, 0]); the
 accuracy offset of a recorded submission is what puts predictions in the C = 1 band.
 """
@@ -20,32 +21,28 @@ import yaml
 from soarlab.bench.loopback import LoopbackServer
 from soarlab.datasets.soar import file_sha256
 
-from conftest import make_project
+from conftest import LOOPBACK_PIPELINE, make_project, run_in
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 FAST_S, SLOW_S = 0.01, 0.03
-# The served answers are the loopback's, so the tiny model is neither trained nor quantized (CPU time).
-COMMON = ["-S", "quant=none", "-S", "-S", "engine=external", "-S", "bench.repeats=3",
-          "-S", "bench.pause_after_flush_s=0", "-S", "eval.retries=0"]
+COMMON = LOOPBACK_PIPELINE  # bench.repeats is the tiny default's 3
 
 
 def _run(cmd: list[str], lab, ok=(0,)) -> subprocess.CompletedProcess:
-    dest, env = lab["project"]
-    proc = subprocess.run(cmd, cwd=dest, env=env, capture_output=True, text=True, timeout=1500)
-    assert proc.returncode in ok, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc
+    return run_in(lab["project"], cmd, ok)
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    """Three pipeline runs (fast1, fast2 identical; slow with one more config change) and a no-op `dvc repro`."""
+    """Four pipeline runs (fast1, fast2 identical; slow, slow2 identical, with one more config change) and a no-op `dvc repro`."""
     lab = {"project": make_project(tmp_path_factory.mktemp("decide"))}
     dest = lab["project"][0]
     with LoopbackServer(token_delay_s=FAST_S) as fast1, LoopbackServer(token_delay_s=FAST_S) as fast2, \
-            LoopbackServer(token_delay_s=SLOW_S) as slow:
+            LoopbackServer(token_delay_s=SLOW_S) as slow, LoopbackServer(token_delay_s=SLOW_S) as slow2:
         for name, server, extra in (("fast1", fast1, []), ("fast2", fast2, []),
-                                    ("slow", slow, ["-S", "bench.warmup_max_tokens=16"])):
+                                    ("slow", slow, ["-S", "bench.warmup_max_tokens=16"]),
+                                    ("slow2", slow2, ["-S", "bench.warmup_max_tokens=16"])):
             _run(["dvc", "exp", "run", "-n", name, *COMMON, "-S", f"engine.url={server.base_url}", *extra], lab)
         lab["noop"] = _run(["dvc", "repro"], lab).stdout
     client = mlflow.MlflowClient(f"sqlite:///{dest / 'mlflow.db'}")
@@ -63,10 +60,10 @@ def test_mlflow_reads_what_the_ui_shows(lab):
     dest = lab["project"][0]
     client, runs = lab["client"], lab["runs"]
     assert lab["experiment"].tags["mlflow.experimentKind"] == "custom_model_development"
-    assert lab["count"] == 3 and "no new run logged" in lab["noop"]  # the no-op `dvc repro` added no run
+    assert lab["count"] == 4 and "no new run logged" in lab["noop"]  # the no-op `dvc repro` added no run
     fast, slow = runs["fast1"], runs["slow"]
-    assert fast.info.run_name == "none · engine=external, bench.pause_after_flush_s=0, bench.repeats=3, eval.retries=0"
-    assert slow.info.run_name.endswith("bench.repeats=3, bench.warmup_max_tokens=16, eval.retries=0")
+    assert fast.info.run_name == "none · engine=external, bench.pause_after_flush_s=0, eval.retries=0"
+    assert slow.info.run_name.endswith("bench.pause_after_flush_s=0, bench.warmup_max_tokens=16, eval.retries=0")
     assert fast.data.tags["git.dirty"] == "False"
     # The run spans the pipeline: it starts when its first stage started (fetch-model for the first run).
     first_stage = json.loads((dest / "reports" / "logs" / "stages.jsonl").read_text().splitlines()[0])
@@ -91,22 +88,47 @@ def test_mlflow_reads_what_the_ui_shows(lab):
 
 
 def test_compare_slower_and_within_noise(lab):
+    """fast1 and fast2 have the same inputs (engine.url is incidental), as have slow and slow2: together they
+    are the machine's noise record, so a difference is judged against the spread between runs, not repeats."""
     slower = _run(["soarlab", "compare", "fast1", "slow"], lab, ok=(3,))
     assert slower.stdout.count("-> slower") == 3 and "C settled in the same band (0.0)" in slower.stdout
+    assert "(from 4 runs in 2 groups of equal inputs)" in slower.stdout and "noise: noise record" in slower.stdout
     same = _json(["soarlab", "compare", "fast1", "fast2", "--json"], lab, ok=(1,))
     assert [d["verdict"] for d in same["levels"]] == ["within noise"] * 3
+    assert all(d["noise"] == ["noise record", "noise record"] for d in same["levels"])
     faster = _json(["soarlab", "compare", "slow", lab["runs"]["fast2"].info.run_id, "--json"], lab, ok=(0,))
     assert [d["verdict"] for d in faster["levels"]] == ["faster"] * 3
     bad = _run(["soarlab", "compare", "fast1", "no-such-run"], lab, ok=(2,))
     assert "no run 'no-such-run'" in bad.stderr
+    once = _run(["soarlab", "compare", "fast1", "slow", "--rerun", "1"], lab, ok=(2,))
+    assert "--rerun 1 gives no spread between runs" in once.stderr and "Fix:" in once.stderr
+
+
+def test_noise_record_from_the_recorded_runs(lab):
+    """The record's CV per level pools the spread of each identical pair's log mean durations, read back from MLflow."""
+    client = lab["client"]
+    board = _run(["soarlab", "leaderboard", "--no-plot", "--format", "json"], lab)
+    line = next(x for x in board.stderr.splitlines() if x.startswith("noise record of "))
+    def log_mean(name: str, level: str) -> float:
+        series = client.get_metric_history(lab["runs"][name].info.run_id, f"bench.{level}_repeat_duration_s")
+        return math.log(sum(m.value for m in series) / len(series))
+
+    for level in ("S1", "S8", "Smax"):
+        # A pair's sum of squares about its mean is d^2 / 2; one df per pair.
+        squares = [(log_mean(a, level) - log_mean(b, level)) ** 2 / 2 for a, b in (("fast1", "fast2"), ("slow", "slow2"))]
+        assert f"{level} {math.sqrt(sum(squares) / 2):.1%}" in line
+    assert "(from 4 runs in 2 groups of equal inputs)" in line
+    gate = _run(["soarlab", "gate", "fast2", "--against", "fast1"], lab, ok=(1,))
+    assert "noise record of " in gate.stdout
 
 
 def test_leaderboard_order_and_config_difference(lab, tmp_path):
     rows = _json(["soarlab", "leaderboard", "--format", "json", "--plot", str(tmp_path / "p.png")], lab)
-    assert [r["run"].startswith("none · engine=external") for r in rows] == [True] * 3
-    assert rows[-1]["run_id"] == lab["runs"]["slow"].info.run_id  # slowest last (all at C = 0: ordered by speed)
+    assert [r["run"].startswith("none · engine=external") for r in rows] == [True] * 4
+    slow = {lab["runs"][name].info.run_id for name in ("slow", "slow2")}
+    assert {r["run_id"] for r in rows[2:]} == slow  # slowest last (all at C = 0: ordered by speed)
     assert rows[0]["differs_from_best"] == rows[1]["differs_from_best"] == ""  # engine.url is incidental
-    assert rows[-1]["differs_from_best"] == "bench.warmup_max_tokens=16"
+    assert rows[2]["differs_from_best"] == rows[3]["differs_from_best"] == "bench.warmup_max_tokens=16"
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
     client, experiment = lab["client"], lab["experiment"]
     assert not client.search_runs([experiment.experiment_id], filter_string="tags.`soarlab.kind` = 'leaderboard'")
@@ -118,7 +140,36 @@ def test_leaderboard_order_and_config_difference(lab, tmp_path):
     assert _run(["soarlab", "leaderboard", "--no-plot", "--format", "csv"], lab).stdout.startswith("rank,run,run_id,experiment,final")
     assert _json(["soarlab", "leaderboard", "--no-plot", "--format", "json", "--model", "minicpm_sala"], lab) == []
     sha = lab["runs"]["slow"].data.tags["soarlab.speed_set_sha"][:10]
-    assert len(_json(["soarlab", "leaderboard", "--no-plot", "--format", "json", "--speed-set", sha], lab)) == 3
+    assert len(_json(["soarlab", "leaderboard", "--no-plot", "--format", "json", "--speed-set", sha], lab)) == 4
+
+
+def test_pareto_plot_merges_identical_configs_and_labels_never_overlap(lab, tmp_path):
+    import dataclasses
+
+    from soarlab.config import compose
+    from soarlab.decide.calibration import fit
+    from soarlab.decide.leaderboard import pareto_plot, rows
+    from soarlab.decide.runs import load_runs
+
+    dest = lab["project"][0]
+    cfg = compose([f"tracking.uri=sqlite:///{dest / 'mlflow.db'}"], root=dest)
+    runs = load_runs(cfg)[2]
+    calibration = fit(runs, cfg)
+    found, _ = pareto_plot(rows(runs, calibration, cfg), runs, cfg, calibration.noise, tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+    assert [p.runs for p in found] == [2, 2]  # fast1 and fast2 are one configuration, slow and slow2 another
+    merged = max(found, key=lambda p: p.performance)
+    assert merged.label.endswith(" ×2") and merged.on_front  # the faster configuration at the same accuracy
+    assert merged.perf_low < merged.performance < merged.perf_high  # the noise record's spread
+    assert merged.ori == lab["client"].get_run(lab["runs"]["fast1"].info.run_id).data.metrics["accuracy.ori_accuracy"]
+    # Crowded: each run as 5 configurations (one key changed; the pairs still merge), ten labels at two points.
+    crowd = [dataclasses.replace(r, run_id=f"{r.run_id[:-2]}{i:02d}", params={**r.params, "bench.seed": str(i)})
+             for r in runs for i in range(5)]
+    found, boxes = pareto_plot(rows(crowd, fit(crowd, cfg), cfg), crowd, cfg, {}, tmp_path / "crowd.png")
+    assert len(found) == len(boxes) == 10
+    overlapping = [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:]
+                   if a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]]
+    assert overlapping == []
 
 
 def test_record_submission_rejects_missing_and_nonsense_figures(lab):
@@ -163,7 +214,7 @@ def test_record_submission_round_trips_and_predictions_follow_the_ratio(lab):
     assert fast["predicted.ori_accuracy"] == 60 and fast["predicted.C"] == 1.0  # 0 locally + offset 60 - 0
     board = _json(["soarlab", "leaderboard", "--no-plot", "--format", "json", *_best_overrides(lab)], lab)
     assert all(r["predicted_final_low"] <= r["predicted_final"] <= r["predicted_final_high"] for r in board)
-    assert board[-1]["submitted"] == 50.0
+    assert next(r for r in board if r["run_id"] == slow.info.run_id)["submitted"] == 50.0
 
 
 def test_gate_exit_codes(lab):

@@ -111,11 +111,14 @@ def test_sglang_flags_true_false_null_underscores_and_quantization():
                                   "mem_fraction_static": 0.85, "cuda-graph-max-bs": 16})
     args = shlex.join(sglang_engine.server_flags(cfg.engine, cfg.quant.serve_quantization))  # as package renders it
     assert args == "--dense-as-sparse --mem-fraction-static 0.85 --cuda-graph-max-bs 16 --quantization gptq_marlin"
-    # the same code renders the launch command and the SGLANG_SERVER_ARGS string
+    # the same code renders the launch command and the SGLANG_SERVER_ARGS string; a local launch adds
+    # --enable-metrics (engine.enable_metrics: bench samples GET /metrics), which no submission gets
     cmd = sglang_engine.build_command(cfg, Path("/m"), "127.0.0.1", 30000)
     assert cmd[0] == str(ROOT / ".venv-sglang" / "bin" / "python")  # SGLang's own environment (engine.python)
     assert cmd[1:7] == ["-m", "sglang.launch_server", "--model-path", "/m", "--host", "127.0.0.1"]
-    assert cmd[9:] == shlex.split(args)
+    assert cmd[9:] == shlex.split(args) + ["--enable-metrics"]
+    cfg.engine.enable_metrics = False
+    assert sglang_engine.build_command(cfg, Path("/m"), "127.0.0.1", 30000)[9:] == shlex.split(args)
 
 
 def test_sglang_unquantized_has_no_quantization_flag_and_conflicts_are_errors():

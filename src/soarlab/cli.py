@@ -116,6 +116,8 @@ def _add_decide_commands(sub) -> None:
     p.add_argument("a", help="run id, DVC experiment name, best or submitted")
     p.add_argument("b", help="run id, DVC experiment name, best or submitted")
     p.add_argument("--experiment", help="MLflow experiment (default: tracking.experiment)")
+    p.add_argument("--rerun", type=int, metavar="N",
+                   help="run both configurations N times, interleaved, each from a fresh server start; run means are the samples")
     p.add_argument("--json", action="store_true")
     p.add_argument("overrides", **hydra)
     p.set_defaults(run=_handler("soarlab.decide.compare:compare_cli"))

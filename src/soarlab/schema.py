@@ -129,6 +129,7 @@ class SGLangEngine(ServedEngine):
     container_shm_size: str
     container_args: Args
     jit_cache_dir: str | None  # where SGLang's JIT compilers keep what they build; null: their defaults
+    enable_metrics: bool  # --enable-metrics at a local launch (bench samples GET /metrics)
     server_args: dict[str, ServerArg]
 
 
@@ -162,6 +163,12 @@ class Profile(Group):
     mix: Annotated[list[ProfileComponent], Field(min_length=1)]
 
 
+class ServerMetrics(Group):
+    every_s: Seconds
+    prometheus: dict[str, str]
+    nvml: bool
+
+
 class BenchGroup(Group):
     dataset: SpeedSetSource
     levels: dict[str, PositiveInt | None]
@@ -180,7 +187,9 @@ class BenchGroup(Group):
     connect_timeout_s: Seconds
     level_timeout_s: Seconds | None  # null: a run of a level is never abandoned
     repeats: PositiveInt
+    rerun: str | None  # set by `soarlab compare --rerun` only
     progress: bool
+    server_metrics: ServerMetrics
     plot: bool
     profiles: dict[str, Profile]
 
@@ -278,6 +287,7 @@ class TrackingGroup(Group):
 # ---- decide ----
 class DecideCompare(Group):
     negligible_pct: Pause
+    rerun_timeout_s: Seconds
 
 
 class DecideCalibration(Group):

@@ -10,6 +10,15 @@ stops early at an "EOS" after `eos_after` tokens. The final chunk carries `usage
 
 Faults: `fault(payload) -> None | "http500" | "drop" | "hang" | "short"`.
 
+Prometheus: in sglang mode, GET /metrics serves SGLang's gauges in the Prometheus text format
+(running requests = requests in flight, queued 0, token usage and generation throughput
+`kv_cache_usage` / `gen_throughput`), as SGLang does with --enable-metrics; OpenAI mode has none
+(like `transformers serve`).
+
+Drift between runs: with `run_drift` (factors), each GET /health (what every run's engine check
+sends first, as it would after a server start) moves the token delay to `token_delay_s` times the
+next factor (cycling): a controlled, deterministic run-to-run noise for the tests of `compare`.
+
 Run standalone (scripts/bench_client.py does): `python -m soarlab.bench.loopback --api sglang --port 0`
 prints `PORT <n>` once listening.
 """
@@ -21,7 +30,7 @@ import asyncio
 import json
 import threading
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 from aiohttp import web
 
@@ -38,6 +47,7 @@ class Stats:
         self.max_inflight = 0
         self.requests = 0
         self.flushes = 0
+        self.runs = 0  # GET /health calls under run_drift: runs started
         self.payloads: list[dict] = []
         self.handler_s = 0.0  # time spent inside request handlers (what the server itself costs)
         self.stop = asyncio.Event()  # set on shutdown: releases "hang" handlers
@@ -94,23 +104,27 @@ def make_app(
     eos_after: int = 3,
     done_marker: bool = True,
     stats: Stats | None = None,
+    run_drift: Sequence[float] = (),
+    kv_cache_usage: float = 0.25,
+    gen_throughput: float = 1000.0,
 ) -> web.Application:
     stats = stats or Stats()
     app = web.Application()
     app[STATS] = stats
+    delay = [token_delay_s * run_drift[0] if run_drift else token_delay_s]
 
     async def stream(request: web.Request, chunks: list[bytes], mode: str | None) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        if token_delay_s <= 0 and mode != "drop":
+        if delay[0] <= 0 and mode != "drop":
             await resp.write(b"".join(chunks))
         else:
             for i, chunk in enumerate(chunks):
                 if mode == "drop" and i == len(chunks) // 2:
                     request.transport.close()  # the connection goes away mid-stream
                     return resp
-                if token_delay_s > 0:
-                    await asyncio.sleep(token_delay_s)
+                if delay[0] > 0:
+                    await asyncio.sleep(delay[0])
                 await resp.write(chunk)
         await resp.write_eof()
         return resp
@@ -143,8 +157,15 @@ def make_app(
             stats.inflight -= 1
             stats.handler_s += time.perf_counter() - t0
 
+    async def health(_request):
+        if run_drift:  # each health probe moves on to the next drift factor (a run starts with one)
+            stats.runs += 1
+            delay[0] = token_delay_s * run_drift[(stats.runs - 1) % len(run_drift)]
+        return web.Response(text="ok")
+
+    app.router.add_get("/health", health)
     app.router.add_get("/stats", _stats_handler(stats))
-    _add_info_routes(app, api, model, stats)
+    _add_info_routes(app, api, model, stats, kv_cache_usage, gen_throughput)
     app.router.add_post("/generate" if api == "sglang" else "/v1/completions", generate)
     return app
 
@@ -155,8 +176,9 @@ def _stats_handler(stats: Stats):
     return handler
 
 
-def _add_info_routes(app: web.Application, api: str, model: str, stats: Stats) -> None:
-    """Health, models, and for the SGLang API its cache flush and model/server info."""
+def _add_info_routes(app: web.Application, api: str, model: str, stats: Stats, kv_cache_usage: float,
+                     gen_throughput: float) -> None:
+    """Models, and for the SGLang API its cache flush, model/server info and Prometheus /metrics."""
     async def flush(_request):
         stats.flushes += 1
         return web.Response(text="Cache flushed.\n")
@@ -170,16 +192,20 @@ def _add_info_routes(app: web.Application, api: str, model: str, stats: Stats) -
     async def models(_request):
         return web.json_response({"object": "list", "data": [{"id": model, "object": "model"}]})
 
-    async def health(_request):
-        return web.Response(text="ok")
+    async def prometheus(_request):
+        gauges = {"sglang:num_running_reqs": stats.inflight, "sglang:num_queue_reqs": 0,
+                  "sglang:token_usage": kv_cache_usage, "sglang:gen_throughput": gen_throughput}
+        text = "".join(f"# HELP {name} loopback\n# TYPE {name} gauge\n{name}{{model_name=\"{model}\"}} {value}\n"
+                       for name, value in gauges.items())
+        return web.Response(text=text, content_type="text/plain")
 
-    app.router.add_get("/health", health)
     app.router.add_get("/v1/models", models)
     if api == "sglang":
         app.router.add_post("/flush_cache", flush)
         app.router.add_get("/get_model_info", model_info)
         app.router.add_get("/get_server_info", server_info)
         app.router.add_get("/server_info", server_info)
+        app.router.add_get("/metrics", prometheus)
 
 
 class LoopbackServer:

@@ -1,7 +1,7 @@
 """Files of reports/bench/: <level>.json, <level>.requests.jsonl, metrics.json (flat numbers), bench.png; the printout.
 
 What each figure means, and which go to metrics.json, the printout and the plot, is the metric
-table's (bench/metrics.py).
+table's (bench/metrics.py); what the server and GPU did during a level, bench/server_metrics.py's.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Sequence
 
 from soarlab.atomic import atomic_path, write_json, write_jsonl
 from soarlab.bench.metrics import METRICS, PER_REQUEST, TABLE, flat_metrics, value_of
+from soarlab.bench import server_metrics
 from soarlab.bench.results import LevelReport
 from soarlab.domain import LEVELS
 
@@ -71,6 +72,8 @@ def write_summary(output_dir: str | Path, levels: Sequence[str] | None = None, m
     names = _levels_present(out, levels)
     reports = [read_level(out / f"{n}.json") for n in names]
     flat = flat_metrics(reports)
+    for report in reports:
+        flat |= server_metrics.flat(report.level, report.server_metrics)
     write_json(out / "metrics.json", flat)
     if make_plot and reports:
         rows = {}
@@ -104,3 +107,13 @@ def print_level(report: LevelReport, output_dir) -> None:
         print(f"{report.dataset.dropped_rows} rows dropped (prompt or output under {report.method.min_tokens} tokens)")
     for note in report.notes:
         print(f"note: {note}")
+    for line in server_metrics_lines(report):
+        print(line)
+
+
+def server_metrics_lines(report: LevelReport) -> list[str]:
+    """What the server reported during the level, and what could not be sampled (soarlab.bench.server_metrics)."""
+    sampled = report.server_metrics.get("prometheus") or {}
+    lines = [f"{report.level} server: " + ", ".join(f"{k} mean {v['mean']:.2f} max {v['max']:.2f}" for k, v in sampled.items())] \
+        if sampled else []
+    return lines + [f"{report.level} skipped: {why}" for why in report.server_metrics.get("skipped") or []]

@@ -93,6 +93,7 @@ class LevelReport:
     notes: list[str] = field(default_factory=list)
     started: str = ""
     wall_s: float = 0.0
+    server_metrics: dict = field(default_factory=dict)  # soarlab.bench.server_metrics.Sampler.summary()
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -17,6 +17,7 @@ import aiohttp
 from soarlab.bench.client import ApiClient, LevelRun, Record, client_for, make_session
 from soarlab.bench.metrics import PER_REQUEST, Diagnostics, Spread, check
 from soarlab.bench.requests import BenchRequest
+from soarlab.bench.server_metrics import Sampler
 from soarlab.bench.results import LevelReport, Method, RunReport, ServerInfo, SpeedSetInfo, Warmup
 from soarlab.engines.server import Server
 from soarlab.errors import SoarError
@@ -66,7 +67,7 @@ async def _run_level_async(server: Server, client: ApiClient, requests, level, c
     connections = len(requests) if not concurrency else min(concurrency, len(requests))
     runs: list[tuple[LevelRun, str]] = []
     rows: list[dict] = []
-    warmup = None
+    warmup, sampled = None, {}
     async with make_session(connections) as session:
         # Warm-up: the first row, output capped (bench_serving: min(output_len, 32)); never counted.
         n_warm = int(bench.warmup_requests)
@@ -79,25 +80,32 @@ async def _run_level_async(server: Server, client: ApiClient, requests, level, c
             ok = [r for r in warm.records if r.ok]
             warmup = Warmup(n_warm, min(first.output_len, cap), len(ok), None if ok else warm.records[0].error)
             if not ok:
-                return runs, rows, warmup
-        for repeat in range(int(bench.repeats)):
-            flush = await _flush(server, float(bench.flush_timeout_s)) if bench.flush_cache else "off (bench.flush_cache)"
-            await asyncio.sleep(float(bench.pause_after_flush_s))
-            bar = None
-            if progress:
-                from tqdm import tqdm
-
-                bar = tqdm(total=len(requests), desc=f"{level} run {repeat + 1}/{bench.repeats}", unit="req", leave=False)
-            run = await client.run(session, requests, concurrency, timeout=timeout,
-                                   on_done=(lambda _r: bar.update(1)) if bar is not None else None,
-                                   deadline_s=deadline)
-            if bar is not None:
-                bar.close()
-            runs.append((run, flush))
+                return runs, rows, warmup, sampled
+        with Sampler(server.base_url, bench.server_metrics) as sampler:  # the timed runs only
+            await _timed_runs(server, client, session, requests, level, concurrency, bench, progress, timeout, deadline, runs)
+        sampled = sampler.summary()
     for repeat, (run, _flush_state) in enumerate(runs):
         client.finish_records(run.records, tokenizer)
         rows.extend(record_row(r, level, repeat, run.start) for r in run.records)
-    return runs, rows, warmup
+    return runs, rows, warmup, sampled
+
+
+async def _timed_runs(server, client, session, requests, level, concurrency, bench, progress, timeout, deadline, runs) -> None:
+    """bench.repeats timed runs of the level, each after a cache flush and a pause; appended to `runs`."""
+    for repeat in range(int(bench.repeats)):
+        flush = await _flush(server, float(bench.flush_timeout_s)) if bench.flush_cache else "off (bench.flush_cache)"
+        await asyncio.sleep(float(bench.pause_after_flush_s))
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(requests), desc=f"{level} run {repeat + 1}/{bench.repeats}", unit="req", leave=False)
+        run = await client.run(session, requests, concurrency, timeout=timeout,
+                               on_done=(lambda _r: bar.update(1)) if bar is not None else None,
+                               deadline_s=deadline)
+        if bar is not None:
+            bar.close()
+        runs.append((run, flush))
 
 
 def run_level(
@@ -117,7 +125,7 @@ def run_level(
                         temperature=float(bench.temperature))
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     t_wall = time.perf_counter()
-    runs, rows, warmup = asyncio.run(
+    runs, rows, warmup, sampled = asyncio.run(
         _run_level_async(server, client, list(requests), level, concurrency, bench, tokenizer, bool(bench.progress))
     )
     per_run: list[RunReport] = []
@@ -164,5 +172,6 @@ def run_level(
         notes=notes,
         started=started,
         wall_s=time.perf_counter() - t_wall,
+        server_metrics=sampled,
     )
     return report, rows

@@ -1,12 +1,13 @@
 """From local figures to a prediction of the official ones, calibrated on recorded submissions.
 
 Durations, per level, in log space (ratios multiply, and a ratio's error is relative):
-- one submission: the ratio official/local of that run; its uncertainty is the relative standard
-  error of the run's local duration over its repeats (t with repeats-1 degrees of freedom);
+- one submission: the ratio official/local of that run; its uncertainty is the run's own noise:
+  the between-run CV of its machine's noise record, never less than its repeats show
+  (soarlab.decide.noise);
 - two or more: the geometric mean of the ratios, with the t interval of the mean log ratio
   (n-1 degrees of freedom).
 A run's predicted official duration is local x ratio; its interval adds, in log space, the
-calibration's error and the run's own repeat error (Welch-Satterthwaite degrees of freedom).
+calibration's error and the run's own noise likewise (Welch-Satterthwaite degrees of freedom).
 
 Accuracy: an offset official - local ori; one submission: its local bootstrap interval's half
 width is the uncertainty; more: mean offset with its t interval. A run's predicted ori adds the
@@ -30,6 +31,8 @@ from typing import Sequence
 
 from scipy import stats
 
+from soarlab.decide.noise import NoiseRecord, machine_records, side
+from soarlab.tracking.tags import MACHINE_TAG
 from soarlab.decide.runs import RunRecord
 from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
@@ -59,6 +62,7 @@ class Calibration:
     submissions: int
     confidence: float
     best: dict[tuple[str, str], dict[str, float]]  # duration_best per run group (model, speed set)
+    noise: dict[str, NoiseRecord] = field(default_factory=dict)  # between-run noise record per machine
     warnings: list[str] = field(default_factory=list)
 
 
@@ -73,12 +77,13 @@ def _welch_df(parts: Sequence[tuple[float, float]]) -> float:
     return total**2 / denominator if denominator > 0 else math.inf
 
 
-def repeat_log_se(run: RunRecord, level: str) -> tuple[float, float]:
-    """(relative standard error of the level's mean duration, its df); (0, inf) with fewer than 2 repeats."""
-    values = run.repeats.get(level) or []
-    if len(values) < 2:
+def run_log_se(run: RunRecord, level: str, noise: dict[str, NoiseRecord]) -> tuple[float, float]:
+    """(relative standard error of the run's level duration, its df): the between-run noise of its
+    machine's record, never less than its own repeats show; (0, inf) with neither."""
+    found = side([run], level, noise.get(run.tags.get(MACHINE_TAG, "")))
+    if found is None or not found.df:
         return 0.0, math.inf
-    return statistics.stdev(values) / (statistics.fmean(values) * math.sqrt(len(values))), len(values) - 1
+    return math.sqrt(found.var), found.df
 
 
 def _ori_half(run: RunRecord) -> float:
@@ -89,17 +94,18 @@ def _ori_half(run: RunRecord) -> float:
 def fit(runs: Sequence[RunRecord], cfg, use_submissions: bool = True) -> Calibration:
     """The calibration from the submitted runs among `runs` (the identity without them, or when told not to)."""
     conf = float(cfg.decide.confidence)
+    noise = {record.machine: record for record in machine_records(runs, list(cfg.decide.incidental_params))}
     submitted = [r for r in runs if r.submitted and r.valid] if use_submissions else []
     if not submitted:
         groups = {r.group for r in runs}
         best = {g: {L: min(r.duration(L) for r in runs if r.group == g and r.valid) for L in LEVELS}
                 for g in groups if any(r.valid for r in runs if r.group == g)}
-        return Calibration({L: LevelFit(1.0, 0.0, math.inf, conf) for L in LEVELS}, 0.0, 0.0, 0, conf, best)
+        return Calibration({L: LevelFit(1.0, 0.0, math.inf, conf) for L in LEVELS}, 0.0, 0.0, 0, conf, best, noise)
     levels = {}
     for level in LEVELS:
         logs = [math.log(r.official(level_key(level, "duration_s")) / r.duration(level)) for r in submitted]
         if len(logs) == 1:
-            se, df = repeat_log_se(submitted[0], level)
+            se, df = run_log_se(submitted[0], level, noise)
         else:
             se, df = statistics.stdev(logs) / math.sqrt(len(logs)), len(logs) - 1
         levels[level] = LevelFit(math.exp(statistics.fmean(logs)), se, df, conf)
@@ -111,7 +117,7 @@ def fit(runs: Sequence[RunRecord], cfg, use_submissions: bool = True) -> Calibra
     configured = cfg.decide.calibration.official_best
     recorded = {L: configured[L] or min(r.official(level_key(L, "duration_s")) for r in submitted) for L in LEVELS}
     calibration = Calibration(levels, statistics.fmean(offsets), half, len(submitted), conf,
-                              {g: recorded for g in {r.group for r in runs}})
+                              {g: recorded for g in {r.group for r in runs}}, noise)
     calibration.warnings = level_warnings(submitted, levels, float(cfg.decide.calibration.level_ratio_tolerance))
     return calibration
 
@@ -161,7 +167,7 @@ def predict(calibration: Calibration, run: RunRecord, score_cfg) -> Prediction |
         return None
     durations = {}
     for level, fit_ in calibration.levels.items():
-        se_run, df_run = repeat_log_se(run, level)
+        se_run, df_run = run_log_se(run, level, calibration.noise)
         parts = [(fit_.log_se, fit_.df), (se_run, df_run)]
         se = math.sqrt(sum(s**2 for s, _ in parts))
         q = _t(calibration.confidence, _welch_df(parts)) if se > 0 else 0.0

@@ -1,11 +1,15 @@
-"""`soarlab compare A B`: is B faster or slower than A at each level, beyond run-to-run noise?
+"""`soarlab compare A B [--rerun N]`: is B faster or slower than A at each level, beyond run-to-run noise?
 
-Per level, the difference of mean durations over the repeats (B - A) with a Welch t interval
-(scipy.stats.ttest_ind, unequal variances) at `decide.confidence`: wholly below 0 is "faster",
-wholly above 0 "slower", otherwise "within noise". With fewer than 2 repeats on a side the noise
-is unknown ("noise unknown"). A difference under `decide.compare.negligible_pct` of A's mean is
-"within noise" whatever the interval says. For accuracy, each run's bootstrap interval of ori gives the C band at
-both ends: C is settled when both ends give the same C.
+Per level, a Welch t interval at `decide.confidence` on log(B / A) of the run means (soarlab.decide.noise),
+shown in seconds relative to A's mean: wholly below 0 is "faster", wholly above 0 "slower", otherwise
+"within noise". The noise of a side is, in this order: the spread of its reruns (`--rerun N` runs both
+configurations N times, interleaved A B A B, each a fresh `dvc exp run` with its own server start,
+tagged `soarlab.compare`); else the machine's noise record (between-run CV from recorded runs with
+the same inputs); else its repeats alone, said to be so (identical runs can then differ). Never less
+than the runs' own within-run spread. Without any estimate the noise is unknown. A difference under
+`decide.compare.negligible_pct` of A's mean is "within noise" whatever the interval says (a floor).
+For accuracy, each run's bootstrap interval of ori gives the C band at both ends: C is settled when
+both ends give the same C.
 
 Exit codes: 0 B is better (faster somewhere, slower nowhere, C not lower), 1 no difference beyond
 noise (or noise unknown), 3 B is worse (slower somewhere and faster nowhere, or a lower C), 4 mixed
@@ -15,12 +19,12 @@ noise (or noise unknown), 3 B is worse (slower somewhere and faster nowhere, or 
 from __future__ import annotations
 
 import json
-import statistics
+import math
 import sys
 from dataclasses import asdict, dataclass
+from typing import Sequence
 
-from scipy import stats
-
+from soarlab.decide.noise import NoiseRecord, log_interval, side
 from soarlab.decide.runs import RunRecord
 from soarlab.domain import LEVELS
 
@@ -35,32 +39,34 @@ class LevelDiff:
     difference_s: float | None
     low_s: float | None
     high_s: float | None
-    repeats: tuple[int, int]
+    runs: tuple[int, int]
+    noise: tuple[str, str]  # where each side's spread came from: reruns | noise record | within-run only
     verdict: str  # faster | slower | within noise | noise unknown | not comparable
 
 
-def level_difference(a: RunRecord, b: RunRecord, level: str, confidence: float, negligible_pct: float) -> LevelDiff:
-    xa, xb = a.repeats.get(level) or [], b.repeats.get(level) or []
-    counts = (len(xa), len(xb))
-    if not a.duration(level) or not b.duration(level) or not xa or not xb:
-        return LevelDiff(level, None, None, None, None, None, counts, "not comparable")
-    mean_a, mean_b = statistics.fmean(xa), statistics.fmean(xb)
-    diff = mean_b - mean_a
-    if min(counts) < 2:
-        return LevelDiff(level, mean_a, mean_b, diff, None, None, counts, "noise unknown")
-    if statistics.pvariance(xa) == 0 and statistics.pvariance(xb) == 0:
-        low = high = diff  # no spread at all: the difference is exact
-    else:
-        low, high = stats.ttest_ind(xb, xa, equal_var=False).confidence_interval(confidence)
+def level_difference(a: Sequence[RunRecord], b: Sequence[RunRecord], level: str, confidence: float,
+                     negligible_pct: float, record: NoiseRecord | None) -> LevelDiff:
+    sa, sb = side(a, level, record), side(b, level, record)
+    if sa is None or sb is None:
+        return LevelDiff(level, None, None, None, None, None, (len(a), len(b)), ("", ""), "not comparable")
+    diff = sb.mean_s - sa.mean_s
+    found = (sa.mean_s, sb.mean_s, diff)
+    interval = log_interval(sa, sb, confidence)
+    if interval is None:
+        return LevelDiff(level, *found, None, None, (sa.runs, sb.runs), (sa.source, sb.source), "noise unknown")
+    low, high = (sa.mean_s * math.expm1(x) for x in interval)
     verdict = "slower" if low > 0 else "faster" if high < 0 else "within noise"
-    if abs(diff) < negligible_pct / 100 * mean_a:
+    if abs(diff) < negligible_pct / 100 * sa.mean_s:
         verdict = "within noise"
-    return LevelDiff(level, mean_a, mean_b, diff, float(low), float(high), counts, verdict)
+    return LevelDiff(level, *found, low, high, (sa.runs, sb.runs), (sa.source, sb.source), verdict)
 
 
-def compare(a: RunRecord, b: RunRecord, cfg) -> dict:
+def compare(a_runs: Sequence[RunRecord], b_runs: Sequence[RunRecord], cfg, record: NoiseRecord | None) -> dict:
+    """The verdict on B against A; the first run of each side is the one whose accuracy counts."""
     score_cfg, confidence = cfg.score, float(cfg.decide.confidence)
-    levels = [level_difference(a, b, level, confidence, float(cfg.decide.compare.negligible_pct)) for level in LEVELS]
+    negligible = float(cfg.decide.compare.negligible_pct)
+    levels = [level_difference(a_runs, b_runs, level, confidence, negligible, record) for level in LEVELS]
+    a, b = a_runs[0], b_runs[0]
     bands = {"A": a.c_band(score_cfg), "B": b.c_band(score_cfg)}
     settled = {k: v is not None and v[0] == v[1] for k, v in bands.items()}
     if bands["A"] is None or bands["B"] is None:
@@ -85,8 +91,9 @@ def compare(a: RunRecord, b: RunRecord, cfg) -> dict:
     else:
         code = EXIT_SAME
     return {"a": a.run_id, "b": b.run_id, "a_name": a.name, "b_name": b.name, "confidence": confidence,
-            "levels": [asdict(d) for d in levels], "accuracy": accuracy, "C_band_a": bands["A"], "C_band_b": bands["B"],
-            "exit_code": code}
+            "a_runs": [r.run_id for r in a_runs], "b_runs": [r.run_id for r in b_runs],
+            "noise_record": record.describe() if record else None, "levels": [asdict(d) for d in levels],
+            "accuracy": accuracy, "C_band_a": bands["A"], "C_band_b": bands["B"], "exit_code": code}
 
 
 def _describe(d: dict) -> str:
@@ -94,13 +101,16 @@ def _describe(d: dict) -> str:
         return f"{d['level']:>5}: not comparable (a level without a valid duration)"
     text = f"{d['level']:>5}: A {d['mean_a_s']:.3f} s, B {d['mean_b_s']:.3f} s, B-A {d['difference_s']:+.3f} s"
     if d["low_s"] is None:
-        return text + f" -> noise unknown (repeats {d['repeats'][0]}/{d['repeats'][1]}; run with bench.repeats >= 3)"
-    return text + f" [{d['low_s']:+.3f}, {d['high_s']:+.3f}] -> {d['verdict']}"
+        return text + " -> noise unknown (one repeat, no reruns, no noise record; rerun with --rerun 3)"
+    noise = " and ".join(dict.fromkeys(d["noise"]))
+    return text + f" [{d['low_s']:+.3f}, {d['high_s']:+.3f}] -> {d['verdict']} (noise: {noise}; runs {d['runs'][0]}/{d['runs'][1]})"
 
 
 def compare_cli(args) -> int:
     from soarlab.decide.calibration import by_predicted_final, fit
+    from soarlab.decide.noise import MACHINE_TAG, noise_record
     from soarlab.decide.runs import decide_config, load_runs, resolve
+    from soarlab.errors import SoarError
 
     cfg = decide_config(args)
     _, _, runs = load_runs(cfg)
@@ -109,12 +119,30 @@ def compare_cli(args) -> int:
     a, b = resolve(args.a, runs, rank), resolve(args.b, runs, rank)
     if a.run_id == b.run_id:
         print(f"soarlab: note: {args.a} and {args.b} are the same run {a.run_id[:8]}", file=sys.stderr)
-    result = compare(a, b, cfg)
+    incidental = list(cfg.decide.incidental_params)
+    if args.rerun is not None:
+        if args.rerun < 2:
+            raise SoarError(f"--rerun {args.rerun} gives no spread between runs", "give --rerun 2 or more (3 is a good start)")
+        from soarlab.decide.rerun import rerun_pair
+
+        a_runs, b_runs = rerun_pair(cfg, a, b, args.rerun)
+    else:
+        a_runs, b_runs = [a], [b]
+    record = noise_record(runs, a.tags.get(MACHINE_TAG, ""), incidental)
+    result = compare(a_runs, b_runs, cfg, record)
+    if args.rerun is None and record is None:
+        print("soarlab: warning: no noise record for this machine (no two recorded runs with the same inputs): the "
+              "interval holds only the spread of each run's repeats, and runs drift more than that. Measure it with "
+              f"`soarlab compare {args.a} {args.b} --rerun 3`", file=sys.stderr)
     if args.json:
         print(json.dumps(result, indent=2))
         return result["exit_code"]
     print(f"A = {a.name} ({a.run_id[:8]})\nB = {b.name} ({b.run_id[:8]})")
-    print(f"duration B - A per level, {result['confidence']:.0%} Welch t interval over the repeats:")
+    if args.rerun is not None:
+        print(f"reruns: {args.rerun} per side, interleaved (tag soarlab.compare={a_runs[0].tags.get('soarlab.compare')})")
+    elif record is not None:
+        print(record.describe())
+    print(f"duration B - A per level, {result['confidence']:.0%} Welch t interval of the run means:")
     for d in result["levels"]:
         print(_describe(d))
     print(f"accuracy: {result['accuracy']}")

@@ -1,7 +1,8 @@
 """`soarlab gate RUN [--against submitted|best|RUN] [--min-gain X]`: spend a submission or not.
 
 Passes (exit 0) only when the low end of RUN's predicted official final beats the reference's
-high end by more than `min_gain`, and RUN's C is settled (its ori interval stays in one band) in
+high end by more than `min_gain` (each interval holds the run-to-run noise of the machine's noise
+record, soarlab.decide.noise), and RUN's C is settled (its ori interval stays in one band) in
 the same or a better band than the reference's. The reference of `submitted` is the platform's own
 figures (its final as recorded, else scored from its recorded durations and accuracy); of any
 other run, its prediction. Exit 1: it does not pass; 2: bad input. It always says why.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import sys
 
 from soarlab.decide.calibration import Calibration, Prediction, by_predicted_final, fit, predict
+from soarlab.tracking.tags import MACHINE_TAG
 from soarlab.decide.runs import RunRecord
 from soarlab.errors import SoarError
 from soarlab.bench.metrics import level_key
@@ -74,6 +76,10 @@ def gate_cli(args) -> int:
             raise SoarError(f"reference run {ref.run_id[:8]} has no final", "pick a reference whose bench and accuracy stages succeeded")
         reference, c, what = ref_prediction.final, ref_prediction.C[1], f"the prediction of {ref.name} ({ref.run_id[:8]})"
     passed, reasons = decide(prediction, reference, c, min_gain)
+    record = calibration.noise.get(run.tags.get(MACHINE_TAG, ""))
+    reasons.append(record.describe() + ": the run's duration noise" if record else
+                   "no noise record for this machine: duration intervals hold only each run's repeats; "
+                   f"measure run-to-run noise with `soarlab compare {args.target} {against} --rerun 3`")
     basis = f"calibrated on {calibration.submissions} submission(s)" if calibration.submissions else "no submission recorded: local score"
     print(f"gate {run.name} ({run.run_id[:8]}) against {what}; {basis}, {calibration.confidence:.0%} intervals")
     for reason in reasons:

@@ -3,8 +3,10 @@
 Each row: final (the local score against the fastest run on the same model and speed set), C and
 the ori interval, each level's duration with its spread over repeats, the predicted official final
 with its interval once a submission is recorded (ranked by it then), and the config keys that
-differ from the best run. The plot (performance against normalized accuracy, points labelled by
-run) is written as a PNG and logged to MLflow beside the pipeline's runs, never among them (log_plot).
+differ from the best run. Below it, each machine's noise record (soarlab.decide.noise): the between-run
+CV per level and the number of runs behind it. The Pareto plot (soarlab.decide.pareto: performance
+against raw accuracy over the C bands) is written as a PNG and logged to MLflow beside the pipeline's
+runs, never among them (log_plot).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ def _row(run: RunRecord, local, official) -> dict:
     for level in LEVELS:
         row[f"{level}_s"] = run.duration(level)
         row[f"{level}_spread_s"] = run.metrics.get(f"bench.{level}_spread_s")
+        row[f"{level}_speed"] = local.speeds[level][0] if local else None
     if official:
         row.update({"predicted_final": official.final[0], "predicted_final_low": official.final[1],
                     "predicted_final_high": official.final[2], "predicted_C": official.C[0]})
@@ -93,39 +96,16 @@ def render(table: list[dict], fmt: str) -> str:
     return tabulate(shown, headers="keys", tablefmt="github" if fmt == "markdown" else "simple")
 
 
-def pareto_plot(table: list[dict], target: Path, c_table) -> Path | None:
-    """Performance against normalized accuracy; the non-dominated runs joined by a line, C band edges dotted."""
-    import matplotlib
+def pareto_plot(table: list[dict], runs: list[RunRecord], cfg, noise, target: Path) -> tuple[list, list] | None:
+    """The Pareto plot (soarlab.decide.pareto) written to `target`: (its points, its label boxes), or
+    None without a run to plot."""
+    from soarlab.decide.pareto import draw, points
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from soarlab.atomic import atomic_path
-
-    points = [(r["normalized_accuracy"], r["performance"], r["experiment"] or r["run"]) for r in table
-              if r["normalized_accuracy"] is not None and r["performance"] is not None]
-    if not points:
+    found = points(table, runs, cfg, noise)
+    if not found:
         return None
-    front = [p for p in points if not any(q[0] >= p[0] and q[1] >= p[1] and q[:2] != p[:2] for q in points)]
-    fig, ax = plt.subplots(figsize=(8, 5.5))
-    ax.scatter([p[0] for p in points], [p[1] for p in points], color="tab:blue")
-    front.sort()
-    ax.plot([p[0] for p in front], [p[1] for p in front], color="tab:orange", label="Pareto front")
-    for band in c_table:
-        ax.axvline(band["above"], color="grey", linestyle=":", linewidth=1)
-        ax.annotate(f"C {band['C']} above", (band["above"], 0.01), xycoords=("data", "axes fraction"), fontsize=7, color="grey")
-    for x, y, label in points:
-        ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-    ax.set_xlabel("normalized accuracy (%)")
-    ax.set_ylabel("performance (weighted speed score)")
-    ax.set_title("SOAR Lab runs: speed against accuracy")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    with atomic_path(target) as tmp:
-        fig.savefig(tmp, format="png", dpi=100)
-    plt.close(fig)
-    return target
+    baseline = next(r for r in runs if r.run_id == table[0]["run_id"]).baseline
+    return found, draw(found, target, cfg.score, baseline)
 
 
 def log_plot(client, experiment: str, sweep: str | None, plot: Path) -> str:
@@ -152,15 +132,20 @@ def leaderboard_cli(args) -> int:
     from soarlab.paths import project_root
 
     cfg = decide_config(args)
-    client, experiment_id, runs = load_runs(cfg, model=args.model, speed_set=args.speed_set, sweep=args.sweep)
+    client, _, runs = load_runs(cfg, model=args.model, speed_set=args.speed_set, sweep=args.sweep)
     calibration = fit(runs, cfg)
     for warning in calibration.warnings:
         print(f"soarlab: warning: {warning}", file=sys.stderr)
     table = rows(runs, calibration, cfg)
     print(render(table, args.format))
+    for record in calibration.noise.values():
+        print(record.describe(), file=sys.stderr)
+    if not calibration.noise and runs:
+        print("no noise record: no two runs with the same inputs on one machine, so a duration's run-to-run noise "
+              "is unknown; measure it with `soarlab compare A B --rerun 3`", file=sys.stderr)
     if not args.no_plot and table:
         target = Path(args.plot or project_root() / cfg.decide.leaderboard.plot)
-        if pareto_plot(table, target, cfg.score.c_table):
+        if pareto_plot(table, runs, cfg, calibration.noise, target):
             run_id = log_plot(client, cfg.tracking.experiment, args.sweep, target)
             print(f"Pareto plot: {target} (MLflow run {run_id}, artifacts/leaderboard)", file=sys.stderr)
     return 0

@@ -100,8 +100,11 @@ def sglang_python(python: str | None) -> Path:
 
 def build_command(cfg, model_dir: Path, host: str, port: int) -> list[str]:
     """`python -m sglang.launch_server` on model_dir with the configured flags."""
+    flags = server_flags(cfg.engine, cfg.quant.serve_quantization)
+    if cfg.engine.enable_metrics and "--enable-metrics" not in flags:
+        flags.append("--enable-metrics")  # Prometheus /metrics for bench (soarlab.bench.server_metrics)
     return [str(sglang_python(cfg.engine.python)), "-m", "sglang.launch_server", "--model-path", str(model_dir),
-            "--host", host, "--port", str(port), *server_flags(cfg.engine, cfg.quant.serve_quantization)]
+            "--host", host, "--port", str(port), *flags]
 
 
 def jit_container_args(cfg) -> list[str]:

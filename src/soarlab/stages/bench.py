@@ -30,7 +30,7 @@ def run(cfg, server=None) -> None:
 
     from soarlab.atomic import atomic_dir
     from soarlab.bench.cli import prepare
-    from soarlab.bench.report import write_level, write_summary
+    from soarlab.bench.report import server_metrics_lines, write_level, write_summary
     from soarlab.bench.runner import run_level
     from soarlab.datasets.speed import load_tokenizer
 
@@ -52,4 +52,6 @@ def run(cfg, server=None) -> None:
                 write_level(tmp, report, rows)
                 state = f"{report.duration_s:.2f} s" if report.valid else "INVALID: " + " | ".join(report.invalid_reasons)
                 print(f"bench {level}: {state}")
+                for line in server_metrics_lines(report):
+                    print(f"bench {line}")
         write_summary(tmp, list(bench.levels), make_plot=bool(bench.plot))

@@ -107,7 +107,7 @@ def failure_reason(log_text: str, returncode: int) -> str:
     return reason
 
 
-def _run_experiment(root: Path, name: str, overrides: Sequence[str], env: dict, timeout_s: float, log,
+def run_experiment(root: Path, name: str, overrides: Sequence[str], env: dict, timeout_s: float, log,
                     on_quantized: Callable[[], None], pull: bool) -> int | None:
     """`dvc exp run --temp` (`--pull`: take stages' outputs made elsewhere from the DVC remote); None
     when it ran past `timeout_s`. Interrupted: stop it, then re-raise. `on_quantized` is called
@@ -182,7 +182,7 @@ def run_trial(cfg: DictConfig) -> float | None:
         env = {**os.environ, **lease.env, SWEEP_TRIAL_ENV["mlflow.parentRunId"]: record.parent_id() or "",
                SWEEP_TRIAL_ENV["soarlab.trial"]: key, TRIAL_LOGS_ENV: str(logs_dir.resolve())}
         remote = dvc_remote(root, cfg.trial.remote, env)
-        returncode = _run_experiment(root, name, overrides, env, float(cfg.trial.timeout_s), log, quantized,
+        returncode = run_experiment(root, name, overrides, env, float(cfg.trial.timeout_s), log, quantized,
                                      pull=remote is not None)
         if returncode == 0 and remote is not None:
             push_experiment(root, name, cfg, remote, env, log)

@@ -92,17 +92,39 @@ def log_checkpoint(client, experiment_id: str, run_id: str, cfg, root: Path, tag
     return model.model_id
 
 
-def bench_series(reports: Path, levels, now_ms: int) -> list:
-    """`bench.<level>_repeat_duration_s` (step = repeat) and `bench.<level>_request_latency_s` (step = request)."""
+# A GPU sample's fields (soarlab.bench.server_metrics) under MLflow's own names for GPU system metrics
+# (mlflow.system_metrics), so that the run page charts them with its system metrics.
+GPU_SERIES = {"utilization_pct": "system/gpu_{i}_utilization_percentage", "memory_used_mb": "system/gpu_{i}_memory_usage_megabytes"}
+
+
+def gpu_series(report: dict, first_step: int) -> list:
+    """A level report's NVML samples as MLflow system metrics (`system/gpu_0_utilization_percentage`, ...),
+    timed from the level's start; steps go on from `first_step` (the levels run one after another)."""
+    import datetime as dt
+
     from mlflow.entities import Metric
 
-    metrics = []
+    samples = (report.get("server_metrics") or {}).get("gpu") or []
+    start_ms = int(1000 * dt.datetime.fromisoformat(report["started"]).timestamp()) if samples else 0
+    return [Metric(name.format(i=s["gpu"]), float(s[key]), start_ms + int(1000 * s["t_s"]), first_step + n)
+            for n, s in enumerate(samples) for key, name in GPU_SERIES.items()]
+
+
+def bench_series(reports: Path, levels, now_ms: int) -> list:
+    """`bench.<level>_repeat_duration_s` (step = repeat), `bench.<level>_request_latency_s` (step = request),
+    and the GPU samples as system metrics."""
+    from mlflow.entities import Metric
+
+    metrics, gpu_steps = [], 0
     for level in levels:
         report = reports / "bench" / f"{level}.json"
         if not report.is_file():
             continue
-        for step, value in enumerate(json.loads(report.read_text()).get("durations_s") or []):
+        data = json.loads(report.read_text())
+        for step, value in enumerate(data.get("durations_s") or []):
             metrics.append(Metric(f"bench.{level}_repeat_duration_s", float(value), now_ms, step))
+        metrics += gpu_series(data, gpu_steps)
+        gpu_steps += len((data.get("server_metrics") or {}).get("gpu") or [])
         rows = reports / "bench" / f"{level}.requests.jsonl"
         lines = rows.read_text().splitlines() if rows.is_file() else []
         latencies = [json.loads(line).get("latency_s") for line in lines if line.strip()]

@@ -4,6 +4,7 @@ the sweep trial it is, and the recipe that reproduces it."""
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 
 # Tags a `soarlab sweep` trial hands to its pipeline's run through the environment (tag -> variable):
@@ -14,6 +15,9 @@ SWEEP_TRIAL_ENV = {
     "soarlab.trial": "SOARLAB_TRIAL",
     "soarlab.cuda_visible_devices": "CUDA_VISIBLE_DEVICES",
 }
+# The `soarlab compare --rerun` a run belongs to (soarlab.decide.rerun), through the environment likewise.
+COMPARE_ENV = "SOARLAB_COMPARE"
+MACHINE_TAG = "soarlab.machine"  # the host a run was measured on
 
 
 def run_context() -> dict[str, str]:
@@ -42,6 +46,9 @@ def run_tags(cfg, speed_set_sha: str) -> dict[str, str]:
         "soarlab.quant": str(cfg.quant.name),
         "soarlab.engine": str(cfg.engine.name),
         "soarlab.speed_set_sha": speed_set_sha,
+        # Between-run noise is a property of the machine (soarlab.decide.noise keeps a record per machine).
+        MACHINE_TAG: platform.node(),
+        "soarlab.compare": os.environ.get(COMPARE_ENV, ""),
         **{tag: os.environ.get(var, "") for tag, var in SWEEP_TRIAL_ENV.items()},
     }
     return {key: value for key, value in tags.items() if value}

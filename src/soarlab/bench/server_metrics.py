@@ -1,0 +1,122 @@
+"""What the server and the GPU were doing while a level ran, so that a slow level can be explained.
+
+During a level's timed runs a background thread samples, every `bench.server_metrics.every_s` and
+once more at the end:
+- the server's Prometheus page (GET /metrics; SGLang serves it with --enable-metrics, which the
+  sglang engine adds at launch): the gauges named in `bench.server_metrics.prometheus` (token
+  throughput, running and queued requests, KV-cache usage), summed over their label sets;
+- with `bench.server_metrics.nvml`, each GPU's utilisation and memory through NVML (nvidia-ml-py).
+What does not exist here is skipped and said so (transformers serve has no /metrics; a CPU machine
+has no NVML). The level report keeps the summary (mean, max, samples) and the GPU series, which the
+track stage logs as MLflow system metrics (`system/gpu_<i>_utilization_percentage`, ...).
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+
+from soarlab.engines.server import http_request
+
+GPU_FIELDS = ("utilization_pct", "memory_used_mb")  # of each GPU sample; MLflow names: tracking.run_page.GPU_SERIES
+
+
+def parse_prometheus(text: str, wanted: dict[str, str]) -> dict[str, float]:
+    """{our name: value} of the wanted Prometheus samples (summed over label sets) found in `text`."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    by_metric = {metric: name for name, metric in wanted.items()}
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in by_metric:
+                found[by_metric[sample.name]] = found.get(by_metric[sample.name], 0.0) + float(sample.value)
+    return found
+
+
+def _nvml():
+    """The initialised NVML module, or the reason there is none."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml, None
+    except ImportError:
+        return None, "no NVML here (nvidia-ml-py not installed): GPU utilisation and memory not sampled"
+    except Exception as exc:  # pynvml.NVMLError: no driver, no GPU
+        return None, f"no NVML here ({exc}): GPU utilisation and memory not sampled"
+
+
+@dataclass
+class Sampler:
+    """`with Sampler(base_url, cfg.bench.server_metrics) as s: ...` then `s.summary()`."""
+
+    base_url: str
+    cfg: object
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    gpu: list[dict] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._prometheus = dict(self.cfg.prometheus)
+        self._nvml = None
+        if self.cfg.nvml:
+            self._nvml, why = _nvml()
+            if why:
+                self.skipped.append(why)
+        self._t0 = 0.0
+
+    def __enter__(self) -> "Sampler":
+        self._t0 = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self._sample()  # the level's end: at least two samples, however short the level
+        if self._nvml:
+            self._nvml.nvmlShutdown()
+
+    def _loop(self) -> None:
+        while True:
+            self._sample()
+            if self._stop.wait(float(self.cfg.every_s)):
+                return
+
+    def _sample(self) -> None:
+        if self._prometheus:
+            status, text = http_request(f"{self.base_url}/metrics", timeout=5)
+            if status != 200:
+                self.skipped.append(f"GET {self.base_url}/metrics answered {status or 'nothing'}: this server has no "
+                                    "Prometheus metrics (transformers serve has none; SGLang only with --enable-metrics)")
+                self._prometheus = {}
+            else:
+                for name, value in parse_prometheus(text, self._prometheus).items():
+                    self.samples.setdefault(name, []).append(value)
+        if self._nvml:
+            t = round(time.monotonic() - self._t0, 3)
+            for i in range(self._nvml.nvmlDeviceGetCount()):
+                handle = self._nvml.nvmlDeviceGetHandleByIndex(i)
+                self.gpu.append({"t_s": t, "gpu": i, "utilization_pct": float(self._nvml.nvmlDeviceGetUtilizationRates(handle).gpu),
+                                 "memory_used_mb": self._nvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20})
+
+    def summary(self) -> dict:
+        """{"prometheus": {name: {mean, max, samples}}, "gpu": [samples], "skipped": [reasons]}."""
+        stats = {name: {"mean": statistics.fmean(v), "max": max(v), "samples": len(v)} for name, v in self.samples.items()}
+        return {"prometheus": stats, "gpu": self.gpu, "skipped": self.skipped}
+
+
+def flat(level: str, summary: dict) -> dict[str, float]:
+    """metrics.json keys: `S1_server_running_requests_mean`, `S1_gpu0_utilization_pct_max`, ..."""
+    out = {f"{level}_server_{name}_{stat}": float(v[stat]) for name, v in (summary.get("prometheus") or {}).items()
+           for stat in ("mean", "max")}
+    for i in sorted({s["gpu"] for s in summary.get("gpu") or []}):
+        for key in GPU_FIELDS:
+            values = [s[key] for s in summary["gpu"] if s["gpu"] == i]
+            out |= {f"{level}_gpu{i}_{key}_mean": statistics.fmean(values), f"{level}_gpu{i}_{key}_max": max(values)}
+    return out
