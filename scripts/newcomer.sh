@@ -64,13 +64,23 @@ start_box() {
         [ -e "$path" ] && mounts+=(-v "$path:$path:ro")
     done
     mkdir -p /root/.cache/pip && mounts+=(-v /root/.cache/pip:/root/.cache/pip)
+    # The machine's CA bundle, as its clients are told of it (uv, like curl, reads SSL_CERT_FILE).
+    for var in SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE PIP_CERT; do
+        [ -n "${!var:-}" ] && mounts+=(-e "$var=${!var}")
+    done
     # Its own network namespace (its tests serve on loopback ports the host may use), privileged with its own
     # container storage: the test suite builds and runs the serving image inside.
     mkdir -p "$WORK/containers"
     podman run -d --name "$NAME" --privileged -v "$WORK/containers:/var/lib/containers" \
         -e PIP_DISABLE_PIP_VERSION_CHECK=1 "${mounts[@]}" "$BASE" sleep infinity >/dev/null
 }
-sweep() { in_box ". .venv/bin/activate && soarlab sweep quant=none,gptq_w8"; }
+main_command() {  # the README's first command, and a valid score from it (every level benchmarked)
+    in_box "${README_COMMANDS[0]}" && in_box "python3 -c \"import json; s = json.load(open('reports/score.json')); print(s); assert s['valid'] == 1\""
+}
+sweep() {  # every trial finished (a trial that fails is recorded and the sweep goes on, exit 0)
+    in_box ". .venv/bin/activate && soarlab sweep quant=none,gptq_w8" >"$WORK/sweep.out" 2>&1; local code=$?
+    cat "$WORK/sweep.out"; [ $code = 0 ] && ! grep -q FAILED "$WORK/sweep.out"
+}
 scores() {
     in_box ". .venv/bin/activate && dvc exp show --json" >"$WORK/exp.json" && python3 - "$WORK/exp.json" <<'EOF'
 import json, sys
@@ -104,7 +114,7 @@ log "newcomer: working in $WORK (kept afterwards: logs, the clone)"
 need base-image base_image
 need clone clone
 need start-container start_box
-need readme-main-command in_box "${README_COMMANDS[0]}"
+need readme-main-command main_command
 step readme-test-command in_box "${README_COMMANDS[1]}"
 step sweep sweep
 step dvc-exp-show scores

@@ -15,13 +15,17 @@ done
 
 # System packages, installed as root with apt-get where one is missing (a fresh Debian has none of them):
 #   python3-venv git         the project's own environment; DVC works in a git repository
-#   g++                      torch's inductor compiles GPTQModel's CPU kernels (the default quant preset)
+#   g++ python3-dev          torch's inductor compiles GPTQModel's CPU kernels (the default quant preset)
 #   podman runc catatonit    the serving image (engine.launcher=container; `run --init` needs catatonit)
 #   mmdebstrap               the serving image's Debian base
+#   procps                   pgrep and ps, which the tests use to find leftover processes
 need=()
 command -v python3.11 >/dev/null || command -v python3 >/dev/null || need+=(python3)
 python3 -c "import ensurepip, venv" 2>/dev/null || need+=(python3-venv)
+python3 -c "import os, sysconfig; raise SystemExit(not os.path.exists(sysconfig.get_paths()['include'] + '/Python.h'))" \
+    2>/dev/null || need+=(python3-dev)
 for tool in git g++ podman runc mmdebstrap; do command -v "$tool" >/dev/null || need+=("$tool"); done
+command -v pgrep >/dev/null || need+=(procps)
 [ -x /usr/libexec/podman/catatonit ] || command -v catatonit >/dev/null || need+=(catatonit)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

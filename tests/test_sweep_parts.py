@@ -153,3 +153,27 @@ def test_sweep_help_on_a_fresh_clone_without_dvc_on_path(tmp_path):
     run = subprocess.run([soarlab, "sweep", "quant=none"], cwd=dest, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode != 0 and "No such file or directory: 'dvc'" not in run.stderr
     assert "are not in this machine's DVC cache" in run.stderr and len(run.stderr.strip().splitlines()) == 1
+
+
+def test_experiments_get_a_git_identity_where_git_has_none(tmp_path):
+    """A fresh machine has no git user: DVC then refuses every experiment commit. The trial's environment
+    gets a fallback identity there, and none where git has one (a user's own wins). Real git."""
+    import os
+    import subprocess
+
+    from soarlab.sweep.trial import git_identity_env
+
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), GIT_CONFIG_NOSYSTEM="1")
+    subprocess.run(["git", "init", "-q", str(tmp_path / "repo")], check=True, env=env)
+    fallback = git_identity_env(tmp_path / "repo", env)
+    assert fallback == {"GIT_AUTHOR_NAME": "SOAR Lab", "GIT_AUTHOR_EMAIL": "soarlab@localhost",
+                        "GIT_COMMITTER_NAME": "SOAR Lab", "GIT_COMMITTER_EMAIL": "soarlab@localhost"}
+    commit = subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "x"], cwd=tmp_path / "repo",
+                            env={**env, **fallback}, capture_output=True, text=True)
+    assert commit.returncode == 0, commit.stderr
+    subprocess.run(["git", "config", "--global", "user.name", "Ada"], check=True, env=env)
+    subprocess.run(["git", "config", "--global", "user.email", "ada@example.org"], check=True, env=env)
+    assert git_identity_env(tmp_path / "repo", env) == {}

@@ -107,6 +107,22 @@ def failure_reason(log_text: str, returncode: int) -> str:
     return reason
 
 
+# Who DVC commits an experiment as where git knows no user (a fresh machine): a user's own identity wins.
+FALLBACK_GIT_IDENTITY = {"NAME": "SOAR Lab", "EMAIL": "soarlab@localhost"}
+
+
+def git_identity_env(root: Path, env: dict) -> dict:
+    """GIT_AUTHOR_* and GIT_COMMITTER_* (which DVC honours) where git has no user.name or user.email
+    configured: without them every `dvc exp run` fails with "Git user name and email must be configured"."""
+    def configured(key: str) -> bool:
+        return subprocess.run(["git", "config", key], cwd=root, env=env, capture_output=True).returncode == 0
+
+    if configured("user.name") and configured("user.email"):
+        return {}
+    return {f"GIT_{who}_{field}": value for who in ("AUTHOR", "COMMITTER")
+            for field, value in FALLBACK_GIT_IDENTITY.items() if f"GIT_{who}_{field}" not in env}
+
+
 def run_experiment(root: Path, name: str, overrides: Sequence[str], env: dict, timeout_s: float, log,
                     on_quantized: Callable[[], None], pull: bool) -> int | None:
     """`dvc exp run --temp` (`--pull`: take stages' outputs made elsewhere from the DVC remote); None
@@ -117,6 +133,7 @@ def run_experiment(root: Path, name: str, overrides: Sequence[str], env: dict, t
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
     start = log.tell()
+    env = {**env, **git_identity_env(root, env)}
     proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                             preexec_fn=_interrupt_when_orphaned)
     deadline = time.monotonic() + timeout_s
