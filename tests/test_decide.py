@@ -65,9 +65,9 @@ def test_mlflow_reads_what_the_ui_shows(lab):
     assert fast.info.run_name == "none · engine=external, bench.pause_after_flush_s=0, eval.retries=0"
     assert slow.info.run_name.endswith("bench.pause_after_flush_s=0, bench.warmup_max_tokens=16, eval.retries=0")
     assert fast.data.tags["git.dirty"] == "False"
-    # The run spans the pipeline: it starts when its first stage started (fetch-model for the first run).
+    # The run spans the pipeline: it starts when its first stage started (check-params for the first run).
     first_stage = json.loads((dest / "reports" / "logs" / "stages.jsonl").read_text().splitlines()[0])
-    assert first_stage["stage"] == "fetch-model" and fast.info.start_time == int(1000 * first_stage["start"])
+    assert first_stage["stage"] == "check-params" and fast.info.start_time == int(1000 * first_stage["start"])
     assert fast.info.end_time > fast.info.start_time + 1000 * (first_stage["end"] - first_stage["start"])
     inputs = {i.tags[0].value: i.dataset for i in slow.inputs.dataset_inputs}
     assert inputs["speed"].digest == file_sha256(dest / "data" / "speed.jsonl")[:32]

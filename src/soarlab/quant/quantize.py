@@ -34,17 +34,19 @@ def pin_cpu_numerics(numerics) -> None:
     """Quantizing on a CPU, fix what float32 GPTQ's bytes depend on: the kernels' instruction set (ATen,
     MKL and oneDNN each pick theirs by CPU) and the thread count (quant.cpu_numerics). Then the same
     inputs give the same checkpoint on any x86-64 CPU with AVX2. The variables are read when torch loads,
-    so this runs before anything imports it (quantize_checkpoint's first step, in the quantize stage's
-    and prepare-model's own processes); a caller that already loaded torch gets the thread count only.
+    so only a process that has not loaded it yet is pinned (the quantize stage's and prepare-model's own
+    processes: quantize_checkpoint calls this first); one that has (a test calling quantize_checkpoint)
+    keeps the numerics it loaded torch with, as changing them under loaded libraries is unsafe.
     GPTQModel on CPU also needs GPTQMODEL_CPU_WORKERS, its worker pool size. A GPU machine quantizes on
     CUDA: nothing is pinned there."""
     if Path("/dev/nvidiactl").exists():
         return
     threads = str(numerics.threads)
+    os.environ.setdefault("GPTQMODEL_CPU_WORKERS", threads)
+    if "torch" in sys.modules:
+        return
     os.environ.update({"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "GPTQMODEL_CPU_WORKERS": threads,
                        **{name: str(value) for name, value in numerics.env.items()}})
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(int(threads))
 
 
 def _calibration_settings(qcfg, model_name: str | None) -> dict[str, Any]:
