@@ -90,7 +90,7 @@ def test_cpu_image_from_clean_state_serves_bench_and_correctness(project, tiny_m
             report, rows = run_level(server, requests, "S1", 1, cfg.bench, tiny_tokenizer, info)
             summary, records = accuracy.evaluate(server, correctness, tiny_model_dir, cfg)
         assert report.valid, report.invalid_reasons
-        assert len(rows) == len(requests) and all(r["error"] is None for r in rows)
+        assert len(rows) == len(requests) * cfg.bench.repeats and all(r["error"] is None for r in rows)  # one row per request and repeat
         # the server's count (usage) is the truth; re-tokenizing the streamed text on the client may differ
         assert all(r["server_output_tokens"] == r["output_tokens_asked"] for r in rows)
         assert len(records) == 2 and all(not r["failed"] and isinstance(r["prediction"], str) for r in records)
