@@ -16,9 +16,10 @@ from soarlab.paths import project_root
 
 
 def prepare_model_cli(args) -> int:
-    from soarlab.quant.quantize import quantize_checkpoint
+    from soarlab.quant.quantize import pin_cpu_numerics, quantize_checkpoint
 
     cfg = compose(args.overrides or [])
+    pin_cpu_numerics(cfg.quant.cpu_numerics)  # before anything loads torch: the same bytes on any CPU
     report = quantize_checkpoint(args.input, args.output, cfg.quant, model_name=str(cfg.model.name),
                                  root=project_root())
     m = report["metrics"]

@@ -34,17 +34,13 @@ def pin_cpu_numerics(numerics) -> None:
     """Quantizing on a CPU, fix what float32 GPTQ's bytes depend on: the kernels' instruction set (ATen,
     MKL and oneDNN each pick theirs by CPU) and the thread count (quant.cpu_numerics). Then the same
     inputs give the same checkpoint on any x86-64 CPU with AVX2. The variables are read when torch loads,
-    so only a process that has not loaded it yet is pinned (the quantize stage's and prepare-model's own
-    processes: quantize_checkpoint calls this first); one that has (a test calling quantize_checkpoint)
-    keeps the numerics it loaded torch with, as changing them under loaded libraries is unsafe.
-    GPTQModel on CPU also needs GPTQMODEL_CPU_WORKERS, its worker pool size. A GPU machine quantizes on
-    CUDA: nothing is pinned there."""
-    if Path("/dev/nvidiactl").exists():
+    so the quantize stage and prepare-model call this first, in their own processes; a library caller
+    (a test) keeps its process's numerics, and its environment is left alone for what it starts later.
+    A process that already loaded torch is not pinned: changing them under loaded libraries is unsafe.
+    A GPU machine quantizes on CUDA: nothing is pinned there."""
+    if Path("/dev/nvidiactl").exists() or "torch" in sys.modules:
         return
     threads = str(numerics.threads)
-    os.environ.setdefault("GPTQMODEL_CPU_WORKERS", threads)
-    if "torch" in sys.modules:
-        return
     os.environ.update({"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "GPTQMODEL_CPU_WORKERS": threads,
                        **{name: str(value) for name, value in numerics.env.items()}})
 
@@ -106,6 +102,7 @@ def _fix_config(out_dir: Path, base_config: dict, qcfg) -> None:
 
 def _gptq(input_dir: Path, out_dir: Path, qcfg, plan, cal: dict, samples: list[dict]) -> list[dict]:
     """GPTQModel's quantize and save into out_dir; returns its per-module log (the checkpoint keeps none)."""
+    os.environ.setdefault("GPTQMODEL_CPU_WORKERS", str(qcfg.cpu_numerics.threads))  # GPTQModel on CPU needs it
     import torch
     from gptqmodel import GPTQModel, QuantizeConfig
     from gptqmodel.quantization.config import RTNConfig
@@ -216,7 +213,6 @@ def _quantize_into(tmp: Path, input_dir: Path, qcfg, plan, cal: dict, samples: l
 def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg, model_name: str | None = None,
                         root: Path | None = None) -> dict:
     """Quantize `input_dir` into `output_dir` (atomically). Returns the report (dict)."""
-    pin_cpu_numerics(qcfg.cpu_numerics)
     from transformers import AutoTokenizer
 
     from soarlab.quant import report as rep

@@ -11,8 +11,9 @@ from soarlab.paths import project_root
 
 
 def run(cfg) -> dict:
-    from soarlab.quant.quantize import quantize_checkpoint
+    from soarlab.quant.quantize import pin_cpu_numerics, quantize_checkpoint
 
+    pin_cpu_numerics(cfg.quant.cpu_numerics)  # before anything loads torch: the same bytes on any CPU
     root = project_root()
     report = quantize_checkpoint(root / cfg.paths.base_model, root / cfg.paths.quantized_model, cfg.quant,
                                  model_name=str(cfg.model.name), root=root)
