@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from soarlab.datasets.soar import file_sha256
+from soarlab.tracking.store import STAMP_REPORT
 from soarlab.tracking.tags import reproduction_steps
 
 INPUTS_DIGEST_TAG = "soarlab.inputs_digest"
@@ -26,14 +27,16 @@ _DIGEST_CHARS = 32
 
 def inputs_digest(reports: Path, params_file: Path, context: dict[str, str]) -> str:
     """sha256 over the config and every report a stage wrote: equal when nothing re-ran. Left out: logs,
-    and reference.json, which the always-run reference stage rewrites (its count of recorded runs grows
-    with every run); what it changes that matters, the best durations, shows in score.json.
+    the store's stamp (store.STAMP_REPORT: every logged run changes it), and reference.json, which the
+    reference stage rewrites when the store changed (its count of recorded runs grows with every run);
+    what it changes that matters, the best durations, shows in score.json.
     `context`: the sweep trial it is (tracking.tags.run_context): a trial is its own run, a child of its
     sweep's, even where its results equal an earlier run's (all its stages came from DVC's cache)."""
     digest = hashlib.sha256(params_file.read_bytes())
     digest.update(json.dumps(context, sort_keys=True).encode())
-    skipped = {"logs", "reference.json"}
-    for path in sorted(p for p in reports.rglob("*") if p.is_file() and p.relative_to(reports).parts[0] not in skipped):
+    skipped = {("logs",), ("reference.json",), STAMP_REPORT}
+    for path in sorted(p for p in reports.rglob("*") if p.is_file()
+                       and not any(p.relative_to(reports).parts[:len(s)] == s for s in skipped)):
         digest.update(str(path.relative_to(reports)).encode() + b"\0" + file_sha256(path).encode())
     return digest.hexdigest()
 

@@ -23,6 +23,21 @@ def sqlite_file(uri: str) -> Path | None:
     return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
 
 
+# Where the inputs stage records store_stamp, under the reports folder (dvc.yaml lists it for reference and track).
+STAMP_REPORT = ("inputs", "store.json")
+
+
+def store_stamp(cfg) -> str | None:
+    """The sqlite store's path, size and modification time, which every write changes; None for a tracking
+    server (no such stamp) or a store not made yet."""
+    db = sqlite_file(tracking_uri(cfg))
+    try:
+        st = db.stat() if db is not None else None
+    except FileNotFoundError:
+        return None
+    return None if st is None else f"{db}:{st.st_size}:{st.st_mtime_ns}"
+
+
 def _store_lock(uri: str):
     """A lock beside a local sqlite store, held while the store and the experiment are created:
     two processes migrating one new database at once fail (`_alembic_tmp_experiments already exists`)."""
