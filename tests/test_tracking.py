@@ -11,7 +11,7 @@ import mlflow
 import pytest
 
 from soarlab.atomic import write_json
-from soarlab.config import compose
+from soarlab.config import compose, to_yaml
 from soarlab.paths import owning_project_root
 from soarlab.tracking.durations import recorded_durations
 from soarlab.tracking.pipeline_run import log_pipeline_run
@@ -94,14 +94,13 @@ def test_run_name_shows_the_flag_two_sweep_trials_differ_in():
 @pytest.fixture
 def track_project(tmp_path):
     """A project `soarlab stage track` runs in: conf/, a valid params.yaml and filled reports/."""
-    from omegaconf import OmegaConf
 
     shutil.copytree(ROOT / "conf", tmp_path / "conf")
     reports = tmp_path / "reports"
     write_json(reports / "bench" / "metrics.json", {"S1_duration_s": 2.0, "S8_duration_s": 3.0, "Smax_duration_s": 4.0})
     write_json(reports / "score.json", {"final": 99.5, "C": 1.0, "invalid_levels": []})
     cfg = compose([f"paths.reports={reports}", f"paths.data={tmp_path / 'data'}", "tracking.experiment=test"], root=tmp_path)
-    (tmp_path / "params.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    (tmp_path / "params.yaml").write_text(to_yaml(cfg))
     return tmp_path
 
 

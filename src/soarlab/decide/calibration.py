@@ -93,8 +93,8 @@ def _ori_half(run: RunRecord) -> float:
 
 def fit(runs: Sequence[RunRecord], cfg, use_submissions: bool = True) -> Calibration:
     """The calibration from the submitted runs among `runs` (the identity without them, or when told not to)."""
-    conf = float(cfg.decide.confidence)
-    noise = {record.machine: record for record in machine_records(runs, list(cfg.decide.incidental_params))}
+    conf = cfg.decide.confidence
+    noise = {record.machine: record for record in machine_records(runs, cfg.decide.incidental_params)}
     submitted = [r for r in runs if r.submitted and r.valid] if use_submissions else []
     if not submitted:
         groups = {r.group for r in runs}
@@ -118,7 +118,7 @@ def fit(runs: Sequence[RunRecord], cfg, use_submissions: bool = True) -> Calibra
     recorded = {L: configured[L] or min(r.official(level_key(L, "duration_s")) for r in submitted) for L in LEVELS}
     calibration = Calibration(levels, statistics.fmean(offsets), half, len(submitted), conf,
                               {g: recorded for g in {r.group for r in runs}}, noise)
-    calibration.warnings = level_warnings(submitted, levels, float(cfg.decide.calibration.level_ratio_tolerance))
+    calibration.warnings = level_warnings(submitted, levels, cfg.decide.calibration.level_ratio_tolerance)
     return calibration
 
 

@@ -54,7 +54,7 @@ def gate_cli(args) -> int:
     from soarlab.decide.runs import decide_config, load_runs, resolve
 
     cfg = decide_config(args)
-    against = args.against or str(cfg.decide.gate.against)
+    against = args.against or cfg.decide.gate.against
     min_gain = float(cfg.decide.gate.min_gain if args.min_gain is None else args.min_gain)
     _, _, runs = load_runs(cfg)
     calibration = fit(runs, cfg)

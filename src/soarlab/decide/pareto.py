@@ -56,13 +56,13 @@ def _performance_sd(run: RunRecord, row: dict, cfg, noise: dict[str, NoiseRecord
 def points(table: list[dict], runs: Sequence[RunRecord], cfg, noise: dict[str, NoiseRecord]) -> list[Point]:
     """One point per configuration with both figures, its runs merged; the front marked."""
     by_id = {r.run_id: r for r in runs}
-    incidental = list(cfg.decide.incidental_params)
+    incidental = cfg.decide.incidental_params
     groups: dict[tuple, list[tuple[dict, RunRecord]]] = defaultdict(list)
     for row in table:
         run = by_id[row["run_id"]]
         if row["performance"] is not None and row["ori"] is not None:
             groups[(*run.group, config_digest(run.params, incidental))].append((row, run))
-    z = float(stats.norm.ppf((1 + float(cfg.decide.confidence)) / 2))
+    z = float(stats.norm.ppf((1 + cfg.decide.confidence) / 2))
     found = []
     for members in groups.values():
         rows = [row for row, _ in members]
@@ -89,7 +89,7 @@ def _band_spans(score_cfg, baseline: float, left: float, right: float) -> list[t
     (at `baseline`), then each band."""
     bands = sorted(score_cfg.c_table, key=lambda b: b["above"])
     edges = [min(left, bands[0]["above"] * baseline / 100)] + [b["above"] * baseline / 100 for b in bands] + [right]
-    values = [float(score_cfg.c_floor)] + [float(b["C"]) for b in bands]
+    values = [score_cfg.c_floor] + [float(b["C"]) for b in bands]
     return [(edges[i], edges[i + 1], c) for i, c in enumerate(values)]
 
 

@@ -46,7 +46,7 @@ def rerun_pair(cfg, a: RunRecord, b: RunRecord, n: int) -> tuple[list[RunRecord]
                 name = f"{ident}-{label}{i}"
                 print(f"rerun {i}/{n} of {label} ({run.name}): dvc exp run {name}", file=sys.stderr, flush=True)
                 code = run_experiment(root, name, rerun_overrides(run, f"{ident}-{label}{i}"), env,
-                                      float(cfg.decide.compare.rerun_timeout_s), log, lambda: None, pull=False)
+                                      cfg.decide.compare.rerun_timeout_s, log, lambda: None, pull=False)
                 if code != 0:
                     why = "timed out (decide.compare.rerun_timeout_s)" if code is None else \
                         failure_reason(Path(log_path).read_text(errors="replace"), code)

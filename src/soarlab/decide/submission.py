@@ -29,7 +29,7 @@ def check_figures(durations: dict[str, float | None], accuracy: float | None, fi
             raise SoarError(f"--{level} {value} is not a duration: it must be a positive number of seconds", _FIX)
     if not math.isfinite(accuracy) or not 0 <= accuracy <= 100:
         raise SoarError(f"--accuracy {accuracy} is not a raw accuracy in percent (0-100)", _FIX)
-    top = float(score_cfg.speed_scale) * sum(score_cfg.weights[L] for L in LEVELS)
+    top = score_cfg.speed_scale * sum(score_cfg.weights[L] for L in LEVELS)
     if final is not None and (not math.isfinite(final) or not 0 <= final <= top):
         raise SoarError(f"--final {final} is outside 0..{top:g}, the range of a final score (RULES.md 1)", "give the final the platform showed, or leave --final out")
 

@@ -22,8 +22,8 @@ class Endpoint:
 def endpoint(cfg) -> Endpoint:
     """engine.host / port (0: any free port, chosen when the port is leased) / startup_timeout_s / stop_grace_s."""
     return Endpoint(
-        host=str(cfg.engine.host),
-        port=int(cfg.engine.port),
-        startup_timeout_s=float(cfg.engine.startup_timeout_s),
-        stop_grace_s=float(cfg.engine.stop_grace_s),
+        host=cfg.engine.host,
+        port=cfg.engine.port,
+        startup_timeout_s=cfg.engine.startup_timeout_s,
+        stop_grace_s=cfg.engine.stop_grace_s,
     )

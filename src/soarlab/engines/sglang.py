@@ -18,8 +18,6 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-from omegaconf import OmegaConf
-
 from soarlab.engines.common import endpoint
 from soarlab.engines.process import managed_server, port_lease
 from soarlab.engines.server import Server
@@ -40,7 +38,7 @@ def jit_cache_env(cfg, base: str | None = None) -> dict[str, str]:
     configured = cfg.engine.jit_cache_dir
     if not configured:
         return {}
-    root = base or str(Path(str(configured)).expanduser())
+    root = base or str(Path(configured).expanduser())
     return {var: f"{root}/{sub}" for var, sub in JIT_CACHE_VARS.items()}
 
 
@@ -51,8 +49,7 @@ def flag_name(key: str) -> str:
 def server_flags(engine, serve_quantization: str | None) -> list[str]:
     """An SGLang engine config's `server_args` + the quant preset's `serve_quantization` as an argv list,
     flags hyphenated."""
-    raw = engine.server_args
-    args = raw if isinstance(raw, dict) else OmegaConf.to_container(raw, resolve=True)
+    args = engine.server_args
     flags: dict[str, object] = {}
     for key, value in args.items():
         name = flag_name(key)
@@ -94,7 +91,7 @@ def sglang_python(python: str | None) -> Path:
     from DVC's temporary experiment copies, which hold no environments) or, when null, this interpreter."""
     if not python:
         return Path(sys.executable)
-    path = Path(str(python)).expanduser()
+    path = Path(python).expanduser()
     return path if path.is_absolute() else owning_project_root() / path
 
 
@@ -112,7 +109,7 @@ def jit_container_args(cfg) -> list[str]:
     env = jit_cache_env(cfg, CONTAINER_JIT_DIR)
     if not env:
         return []
-    host_dir = Path(str(cfg.engine.jit_cache_dir)).expanduser()
+    host_dir = Path(cfg.engine.jit_cache_dir).expanduser()
     host_dir.mkdir(parents=True, exist_ok=True)
     return ["-v", f"{host_dir}:{CONTAINER_JIT_DIR}", *[a for k, v in env.items() for a in ("-e", f"{k}={v}")]]
 

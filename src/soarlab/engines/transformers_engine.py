@@ -17,8 +17,8 @@ def serve_flags(cfg) -> list[str]:
     """The `transformers serve` options from engine.* (all but the model, host and port)."""
     engine = cfg.engine
     flags = ["--trust-remote-code"] if engine.trust_remote_code else []
-    flags += ["--device", str(engine.device), "--dtype", str(engine.dtype), "--log-level", str(engine.log_level)]
-    return flags + [str(a) for a in engine.extra_args]
+    flags += ["--device", engine.device, "--dtype", engine.dtype, "--log-level", engine.log_level]
+    return flags + engine.extra_args
 
 
 def build_command(cfg, model_dir: Path, host: str, port: int) -> list[str]:

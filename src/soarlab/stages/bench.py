@@ -54,4 +54,4 @@ def run(cfg, server=None) -> None:
                 print(f"bench {level}: {state}")
                 for line in server_metrics_lines(report):
                     print(f"bench {line}")
-        write_summary(tmp, list(bench.levels), make_plot=bool(bench.plot))
+        write_summary(tmp, list(bench.levels), make_plot=bench.plot)

@@ -16,7 +16,7 @@ def run(cfg) -> dict:
     pin_cpu_numerics(cfg.quant.cpu_numerics)  # before anything loads torch: the same bytes on any CPU
     root = project_root()
     report = quantize_checkpoint(root / cfg.paths.base_model, root / cfg.paths.quantized_model, cfg.quant,
-                                 model_name=str(cfg.model.name), root=root)
+                                 model_name=cfg.model.name, root=root)
     out = root / cfg.paths.reports / "quantize"
     write_json(out / "report.json", report)
     write_json(out / "metrics.json", report["metrics"])

@@ -55,5 +55,5 @@ def run_name(cfg, params: dict[str, str]) -> str:
     """'gptq_w4', 'none', 'gptq_w4 · engine=sglang, engine.server_args.kv-cache-dtype=fp8_e4m3': the preset
     and what changed (incidental keys left out)."""
     rest = [d for d in overrides_of(params, cfg.decide.incidental_params) if not d.startswith("quant=")]
-    name = str(cfg.quant.name) + (" · " + ", ".join(rest) if rest else "")
+    name = cfg.quant.name + (" · " + ", ".join(rest) if rest else "")
     return name if len(name) <= 250 else name[:249] + "…"

@@ -63,7 +63,7 @@ def checkpoint_out(root: Path, cfg) -> dict:
         return {}
     stages = (yaml.safe_load(lock.read_text()) or {}).get("stages", {})
     for out in stages.get("quantize", {}).get("outs", []):
-        if out.get("path") == str(cfg.paths.quantized_model):
+        if out.get("path") == cfg.paths.quantized_model:
             return out
     return {}
 
@@ -74,7 +74,7 @@ def log_checkpoint(client, experiment_id: str, run_id: str, cfg, root: Path, tag
 
     out = checkpoint_out(root, cfg)
     pointer = {
-        "path": str(cfg.paths.quantized_model),
+        "path": cfg.paths.quantized_model,
         "dvc_md5": out.get("md5"), "size_bytes": out.get("size"), "nfiles": out.get("nfiles"),
         "git_commit": tags.get("git.commit"), "dvc_experiment": tags.get("dvc.experiment"),
         "get_it": reproduction_steps(tags),
@@ -82,7 +82,7 @@ def log_checkpoint(client, experiment_id: str, run_id: str, cfg, root: Path, tag
     model = client.create_logged_model(
         experiment_id, name=f"checkpoint-{cfg.quant.name}", source_run_id=run_id, model_type="quantized checkpoint",
         tags={"soarlab.dvc_path": pointer["path"], **({"soarlab.dvc_md5": out["md5"]} if out.get("md5") else {})},
-        params={"quant.name": str(cfg.quant.name), "model.name": str(cfg.model.name)},
+        params={"quant.name": cfg.quant.name, "model.name": cfg.model.name},
     )
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "checkpoint.dvc-pointer.yaml").write_text(yaml.safe_dump(pointer, sort_keys=False))

@@ -15,7 +15,7 @@ RUNS_TABLE_KIND = "custom_model_development"
 
 def tracking_uri(cfg) -> str:
     if cfg.tracking.uri:
-        return str(cfg.tracking.uri)
+        return cfg.tracking.uri
     return f"sqlite:///{owning_project_root() / 'mlflow.db'}"
 
 

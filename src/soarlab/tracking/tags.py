@@ -42,9 +42,9 @@ def run_tags(cfg, speed_set_sha: str) -> dict[str, str]:
                                    ":!params.yaml", f":!{cfg.paths.reports}/score.json"))),
         "dvc.experiment": os.environ.get("DVC_EXP_NAME", ""),
         "dvc.baseline_rev": os.environ.get("DVC_EXP_BASELINE_REV", ""),
-        "soarlab.model": str(cfg.model.name),
-        "soarlab.quant": str(cfg.quant.name),
-        "soarlab.engine": str(cfg.engine.name),
+        "soarlab.model": cfg.model.name,
+        "soarlab.quant": cfg.quant.name,
+        "soarlab.engine": cfg.engine.name,
         "soarlab.speed_set_sha": speed_set_sha,
         # Between-run noise is a property of the machine (soarlab.decide.noise keeps a record per machine).
         MACHINE_TAG: platform.node(),
