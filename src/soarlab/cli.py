@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_decide_commands(sub)
     p = sub.add_parser("sweep", help="sweep the pipeline with Hydra multirun (each trial a DVC experiment)",
                        description="Hydra's command line: e.g. soarlab sweep quant=gptq_w4,gptq_w8 "
-                                   "hydra/sweeper=optuna hydra/launcher=ray; --name NAME to name/resume it")
+                                   "hydra/sweeper=optuna hydra/launcher=ray_gpu; --name NAME to name/resume it")
     p.add_argument("hydra_args", nargs=argparse.REMAINDER, help="Hydra overrides and options")
     p.set_defaults(run=_handler("soarlab.sweep.app:sweep_cli"))
 
