@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 
 from soarlab.datasets.correctness import ANY_OF_TASKS, COVERAGE_TASKS, KNOWN_TASKS, read_correctness_set
 from soarlab.errors import SoarError
-from soarlab.schema import Bootstrap, ScoreGroup
+from soarlab.schema import Bootstrap, ScoreGroup, SoarConfig
 
 THINK_END = "</think>"
 _MCQ_PATTERNS = (  # in the order RULES.md 3 tries them
@@ -230,7 +230,7 @@ def read_predictions(path: str | Path) -> list[dict]:
     return out
 
 
-def score_files(dataset: str | Path, predictions: str | Path, cfg) -> dict:
+def score_files(dataset: str | Path, predictions: str | Path, cfg: SoarConfig) -> dict:
     rows = read_correctness_set(dataset)
     records = score_rows(rows, read_predictions(predictions))
     summary = summarize(records, cfg.model.baseline_accuracy, cfg.score)

@@ -27,6 +27,7 @@ from typing import Sequence
 from soarlab.decide.noise import NoiseRecord, log_interval, side
 from soarlab.decide.runs import RunRecord
 from soarlab.domain import LEVELS
+from soarlab.schema import SoarConfig
 
 EXIT_BETTER, EXIT_SAME, EXIT_WORSE, EXIT_MIXED = 0, 1, 3, 4
 
@@ -61,7 +62,7 @@ def level_difference(a: Sequence[RunRecord], b: Sequence[RunRecord], level: str,
     return LevelDiff(level, *found, low, high, (sa.runs, sb.runs), (sa.source, sb.source), verdict)
 
 
-def compare(a_runs: Sequence[RunRecord], b_runs: Sequence[RunRecord], cfg, record: NoiseRecord | None) -> dict:
+def compare(a_runs: Sequence[RunRecord], b_runs: Sequence[RunRecord], cfg: SoarConfig, record: NoiseRecord | None) -> dict:
     """The verdict on B against A; the first run of each side is the one whose accuracy counts."""
     score_cfg, confidence = cfg.score, cfg.decide.confidence
     negligible = cfg.decide.compare.negligible_pct

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from soarlab.schema import SoarConfig
 from soarlab.tracking.params import overrides_of
 from soarlab.decide.runs import RunRecord, load_runs
 from soarlab.errors import SoarError
@@ -30,7 +31,7 @@ def rerun_overrides(run: RunRecord, token: str) -> list[str]:
     return [o for o in overrides_of(run.params, [RERUN_KEY]) if not o.startswith(RERUN_KEY + "=")] + [f"{RERUN_KEY}={token}"]
 
 
-def rerun_pair(cfg, a: RunRecord, b: RunRecord, n: int) -> tuple[list[RunRecord], list[RunRecord]]:
+def rerun_pair(cfg: SoarConfig, a: RunRecord, b: RunRecord, n: int) -> tuple[list[RunRecord], list[RunRecord]]:
     """Run A and B `n` times each, A B A B ...; return their MLflow runs (A's, B's)."""
     from soarlab.sweep.trial import failure_reason, run_experiment
 

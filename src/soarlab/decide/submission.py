@@ -15,11 +15,12 @@ from soarlab.decide.runs import OFFICIAL, SUBMITTED_AT_TAG, SUBMITTED_TAG
 from soarlab.errors import SoarError
 from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
+from soarlab.schema import ScoreGroup
 
 _FIX = "copy the platform's figures: --S1 596 --S8 1066 --Smax 2746 (Benchmark duration, seconds) --accuracy 81.2 (raw ori, percent)"
 
 
-def check_figures(durations: dict[str, float | None], accuracy: float | None, final: float | None, score_cfg) -> None:
+def check_figures(durations: dict[str, float | None], accuracy: float | None, final: float | None, score_cfg: ScoreGroup) -> None:
     """SoarError for a figure that is missing or makes no sense."""
     missing = [f"--{L}" for L in LEVELS if durations.get(L) is None] + (["--accuracy"] if accuracy is None else [])
     if missing:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from soarlab.schema import SoarConfig
+
 
 
 @dataclass
@@ -19,7 +21,7 @@ class Endpoint:
         return f"http://{host}:{port}"
 
 
-def endpoint(cfg) -> Endpoint:
+def endpoint(cfg: SoarConfig) -> Endpoint:
     """engine.host / port (0: any free port, chosen when the port is leased) / startup_timeout_s / stop_grace_s."""
     return Endpoint(
         host=cfg.engine.host,

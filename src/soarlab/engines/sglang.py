@@ -24,6 +24,7 @@ from soarlab.engines.server import Server
 from soarlab.errors import SoarError
 from soarlab.hub import validate_model_dir
 from soarlab.paths import owning_project_root
+from soarlab.schema import SoarConfig
 
 # Set by the launcher from engine.host / engine.port and the model directory, never by server_args.
 RESERVED_FLAGS = ("model-path", "model", "host", "port")
@@ -33,7 +34,7 @@ JIT_CACHE_VARS = {"TVM_FFI_CACHE_DIR": "tvm-ffi", "TRITON_CACHE_DIR": "triton", 
 CONTAINER_JIT_DIR = "/soarlab-jit-cache"
 
 
-def jit_cache_env(cfg, base: str | None = None) -> dict[str, str]:
+def jit_cache_env(cfg: SoarConfig, base: str | None = None) -> dict[str, str]:
     """Environment that points the JIT caches at engine.jit_cache_dir (or `base`); {} when it is null."""
     configured = cfg.engine.jit_cache_dir
     if not configured:
@@ -95,7 +96,7 @@ def sglang_python(python: str | None) -> Path:
     return path if path.is_absolute() else owning_project_root() / path
 
 
-def build_command(cfg, model_dir: Path, host: str, port: int) -> list[str]:
+def build_command(cfg: SoarConfig, model_dir: Path, host: str, port: int) -> list[str]:
     """`python -m sglang.launch_server` on model_dir with the configured flags."""
     flags = server_flags(cfg.engine, cfg.quant.serve_quantization)
     if cfg.engine.enable_metrics and "--enable-metrics" not in flags:
@@ -104,7 +105,7 @@ def build_command(cfg, model_dir: Path, host: str, port: int) -> list[str]:
             "--host", host, "--port", str(port), *flags]
 
 
-def jit_container_args(cfg) -> list[str]:
+def jit_container_args(cfg: SoarConfig) -> list[str]:
     """`run` options that mount engine.jit_cache_dir into a container and point its JIT caches there."""
     env = jit_cache_env(cfg, CONTAINER_JIT_DIR)
     if not env:
@@ -114,7 +115,7 @@ def jit_container_args(cfg) -> list[str]:
     return ["-v", f"{host_dir}:{CONTAINER_JIT_DIR}", *[a for k, v in env.items() for a in ("-e", f"{k}={v}")]]
 
 
-def served_model_name(cfg, model_dir: Path | str) -> str:
+def served_model_name(cfg: SoarConfig, model_dir: Path | str) -> str:
     """What SGLang serves the model as: --served-model-name if set, else the model path."""
     name = None
     for key, value in cfg.engine.server_args.items():
@@ -123,7 +124,7 @@ def served_model_name(cfg, model_dir: Path | str) -> str:
     return name or str(model_dir)
 
 
-def preflight(cfg) -> None:
+def preflight(cfg: SoarConfig) -> None:
     """Fail early, with the fix, where SGLang cannot start on this machine."""
     if cfg.engine.python and not sglang_python(cfg.engine.python).is_file():
         raise SoarError(
@@ -140,7 +141,7 @@ def preflight(cfg) -> None:
 
 
 @contextlib.contextmanager
-def open_sglang(cfg, model_dir: Path, log_path: Path) -> Iterator[Server]:
+def open_sglang(cfg: SoarConfig, model_dir: Path, log_path: Path) -> Iterator[Server]:
     model_dir = validate_model_dir(Path(model_dir).resolve())
     preflight(cfg)
     ep = endpoint(cfg)

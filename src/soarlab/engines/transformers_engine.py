@@ -11,9 +11,10 @@ from soarlab.engines.common import endpoint
 from soarlab.engines.process import managed_server, port_lease
 from soarlab.engines.server import Server
 from soarlab.hub import validate_model_dir
+from soarlab.schema import SoarConfig
 
 
-def serve_flags(cfg) -> list[str]:
+def serve_flags(cfg: SoarConfig) -> list[str]:
     """The `transformers serve` options from engine.* (all but the model, host and port)."""
     engine = cfg.engine
     flags = ["--trust-remote-code"] if engine.trust_remote_code else []
@@ -21,14 +22,14 @@ def serve_flags(cfg) -> list[str]:
     return flags + engine.extra_args
 
 
-def build_command(cfg, model_dir: Path, host: str, port: int) -> list[str]:
+def build_command(cfg: SoarConfig, model_dir: Path, host: str, port: int) -> list[str]:
     """The server command. Runs through soarlab.engines.transformers_serve (remote-code fix, see there)."""
     return [sys.executable, "-m", "soarlab.engines.transformers_serve", "serve", str(model_dir),
             "--host", host, "--port", str(port), *serve_flags(cfg)]
 
 
 @contextlib.contextmanager
-def open_transformers(cfg, model_dir: Path, log_path: Path) -> Iterator[Server]:
+def open_transformers(cfg: SoarConfig, model_dir: Path, log_path: Path) -> Iterator[Server]:
     model_dir = validate_model_dir(Path(model_dir).resolve())
     ep = endpoint(cfg)
     env = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_UPDATE_CHECK": "1", "TOKENIZERS_PARALLELISM": "false"}

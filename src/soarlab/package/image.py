@@ -61,7 +61,7 @@ def pinned(names, root: Path) -> list[str]:
     return [by_name[canonicalize_name(n)] for n in names]
 
 
-def write_dockerfiles(cfg, dest: Path, root: Path) -> None:
+def write_dockerfiles(cfg: SoarConfig, dest: Path, root: Path) -> None:
     pkg = cfg.package
     common = {"MODEL_INPUT": pkg.platform_model_dir, "MODEL_OUTPUT": pkg.processed_model_dir}
     (dest / "Dockerfile").write_text(render("Dockerfile", {**common, "BASE_IMAGE": pkg.base_image,
@@ -112,7 +112,7 @@ def ca_bundle() -> Path:
     return Path(certifi.where())
 
 
-def build_argv(cli: ContainerCLI, cfg, spec: ImageSpec, context: Path, empty_dir: Path) -> list[str]:
+def build_argv(cli: ContainerCLI, cfg: SoarConfig, spec: ImageSpec, context: Path, empty_dir: Path) -> list[str]:
     pip = pip_settings()
     args = ["build", "--network", "host", "--secret", f"id=ca_bundle,src={ca_bundle()}",
             "-f", str(context / spec.dockerfile), "-t", spec.tag]
@@ -129,7 +129,7 @@ def build_argv(cli: ContainerCLI, cfg, spec: ImageSpec, context: Path, empty_dir
     return cli.argv(*args, str(context))
 
 
-def build(cli: ContainerCLI, cfg, spec: ImageSpec, context: Path, log_path: Path) -> float:
+def build(cli: ContainerCLI, cfg: SoarConfig, spec: ImageSpec, context: Path, log_path: Path) -> float:
     """Build `spec` from `context` (the CPU base made first when missing); returns the build seconds."""
     if not spec.gpu:
         spec_cpu = cfg.package.cpu_image

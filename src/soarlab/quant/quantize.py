@@ -73,7 +73,7 @@ def _copy_side_files(src: Path, dst: Path) -> list[str]:
     return copied
 
 
-def _fix_config(out_dir: Path, base_config: dict, qcfg) -> None:
+def _fix_config(out_dir: Path, base_config: dict, qcfg: QuantGroup) -> None:
     path = out_dir / "config.json"
     config = json.loads(path.read_text()) if path.is_file() else dict(base_config)
     auto_map = dict(config.get("auto_map") or base_config.get("auto_map") or {})
@@ -98,7 +98,7 @@ def _fix_config(out_dir: Path, base_config: dict, qcfg) -> None:
         qpath.write_text(json.dumps(q, indent=2) + "\n")
 
 
-def _gptq(input_dir: Path, out_dir: Path, qcfg, plan, cal: Calibration, samples: list[dict]) -> list[dict]:
+def _gptq(input_dir: Path, out_dir: Path, qcfg: QuantGroup, plan, cal: Calibration, samples: list[dict]) -> list[dict]:
     """GPTQModel's quantize and save into out_dir; returns its per-module log (the checkpoint keeps none)."""
     os.environ.setdefault("GPTQMODEL_CPU_WORKERS", str(qcfg.cpu_numerics.threads))  # GPTQModel on CPU needs it
     import torch
@@ -168,7 +168,7 @@ def _gptqmodel_logs_elsewhere(beside: Path):
             loop_processor._PROJECT_LOG_DIR, processor.log_new_row, QuantizationRegionTimer.flush = saved
 
 
-def _refuse_bad_inputs(input_dir: Path, output_dir: Path, qcfg) -> dict:
+def _refuse_bad_inputs(input_dir: Path, output_dir: Path, qcfg: QuantGroup) -> dict:
     """The base model's config.json, once the model folder and the preset are known to be usable."""
     from soarlab.hub import validate_model_dir
     from soarlab.quant.rules import read_config
@@ -189,7 +189,7 @@ def _refuse_bad_inputs(input_dir: Path, output_dir: Path, qcfg) -> dict:
     return base_config
 
 
-def _refuse_bad_output(model_dir: Path, qcfg) -> None:
+def _refuse_bad_output(model_dir: Path, qcfg: QuantGroup) -> None:
     from soarlab.quant.check import check_checkpoint
 
     problems = check_checkpoint(model_dir, exclude=qcfg.exclude) if qcfg.check else []
@@ -198,7 +198,7 @@ def _refuse_bad_output(model_dir: Path, qcfg) -> None:
                         "see `soarlab check-checkpoint` on a kept copy; fix the preset in conf/quant/")
 
 
-def _quantize_into(tmp: Path, input_dir: Path, qcfg, plan, cal: Calibration, samples: list) -> list[dict]:
+def _quantize_into(tmp: Path, input_dir: Path, qcfg: QuantGroup, plan, cal: Calibration, samples: list) -> list[dict]:
     """Write the quantized (or, for method none, linked) weights into `tmp`; GPTQModel's per-module log."""
     if qcfg.method != "none":
         return _gptq(input_dir, tmp, qcfg, plan, cal, samples)
@@ -208,7 +208,7 @@ def _quantize_into(tmp: Path, input_dir: Path, qcfg, plan, cal: Calibration, sam
     return []
 
 
-def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg, model_name: str | None = None,
+def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg: QuantGroup, model_name: str | None = None,
                         root: Path | None = None) -> dict:
     """Quantize `input_dir` into `output_dir` (atomically). Returns the report (dict)."""
     from transformers import AutoTokenizer

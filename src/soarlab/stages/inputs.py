@@ -18,9 +18,10 @@ from pathlib import Path
 from soarlab.atomic import write_json
 from soarlab.digest import content_digest
 from soarlab.paths import project_root
+from soarlab.schema import SoarConfig
 
 
-def named_inputs(cfg) -> dict[str, tuple[str, str | None]]:
+def named_inputs(cfg: SoarConfig) -> dict[str, tuple[str, str | None]]:
     """{input: (param, the path it names in this config, or None when the config reads no such file)}."""
     calibration = cfg.quant.calibration.source
     return {
@@ -31,7 +32,7 @@ def named_inputs(cfg) -> dict[str, tuple[str, str | None]]:
     }
 
 
-def run(cfg) -> None:
+def run(cfg: SoarConfig) -> None:
     root = project_root()
     for name, (param, named) in named_inputs(cfg).items():
         path = None if named is None else Path(str(named)).expanduser()

@@ -56,7 +56,7 @@ def in_container(cfg: SoarConfig) -> bool:
     return not isinstance(cfg.engine, ExternalEngine) and cfg.engine.launcher == "container"
 
 
-def server_args_string(cfg) -> str:
+def server_args_string(cfg: SoarConfig) -> str:
     from soarlab.engines.sglang import server_flags
 
     flags = server_flags(submission_engine(cfg), cfg.quant.serve_quantization)
@@ -104,7 +104,7 @@ def make_tarball(src_dir: Path, tar_path: Path) -> int:
     return tar_path.stat().st_size
 
 
-def build_and_time(cfg, out: Path) -> tuple[dict, str]:
+def build_and_time(cfg: SoarConfig, out: Path) -> tuple[dict, str]:
     """Build the engine's serving image and start it once; (metrics, status). See the module docstring."""
     import time
 

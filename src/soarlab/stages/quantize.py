@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from soarlab.atomic import write_json
 from soarlab.paths import project_root
+from soarlab.schema import SoarConfig
 
 
-def run(cfg) -> dict:
+def run(cfg: SoarConfig) -> dict:
     from soarlab.quant.quantize import pin_cpu_numerics, quantize_checkpoint
 
     pin_cpu_numerics(cfg.quant.cpu_numerics)  # before anything loads torch: the same bytes on any CPU

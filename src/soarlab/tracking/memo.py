@@ -17,6 +17,7 @@ from typing import Any
 
 from soarlab.atomic import write_json
 from soarlab.paths import owning_project_root
+from soarlab.schema import SoarConfig
 from soarlab.tracking.store import sqlite_file, tracking_uri
 
 
@@ -26,7 +27,7 @@ def _memo_file() -> Path | None:
     return dvc / "tmp" / "soarlab-store-memo.json" if dvc.is_dir() else None
 
 
-def store_stamp(cfg) -> str | None:
+def store_stamp(cfg: SoarConfig) -> str | None:
     """The sqlite store's path, size and modification time; None for a server or a store not made yet."""
     db = sqlite_file(tracking_uri(cfg))
     try:
@@ -44,7 +45,7 @@ def _read() -> dict:
         return {}
 
 
-def recall(cfg, kind: str, key: Any) -> Any | None:
+def recall(cfg: SoarConfig, kind: str, key: Any) -> Any | None:
     """The answer remembered for `kind` asked with `key`, if the store has not changed since."""
     entry = _read().get(kind)
     stamp = store_stamp(cfg)
@@ -53,7 +54,7 @@ def recall(cfg, kind: str, key: Any) -> Any | None:
     return entry.get("value")
 
 
-def remember(cfg, kind: str, key: Any, value: Any) -> None:
+def remember(cfg: SoarConfig, kind: str, key: Any, value: Any) -> None:
     """Record `value` as the answer for `kind` and `key` at the store's current stamp."""
     stamp, path = store_stamp(cfg), _memo_file()
     if stamp is None or path is None:

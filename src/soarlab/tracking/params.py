@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 
 from soarlab.config import flatten
+from soarlab.schema import SoarConfig
 
 # MLflow rejects param values over this many characters.
 _MAX_PARAM_CHARS = 6000
 
 
-def run_params(cfg) -> dict[str, str]:
+def run_params(cfg: SoarConfig) -> dict[str, str]:
     """The flattened config as MLflow stores it: strings, JSON for non-strings, cut to MLflow's limit."""
     params = {k: v if isinstance(v, str) else json.dumps(v) for k, v in flatten(cfg).items()}
     return {k: v[:_MAX_PARAM_CHARS] for k, v in params.items()}
@@ -51,7 +52,7 @@ def overrides_of(params: dict[str, str], incidental) -> list[str]:
     return presets + [d for d in config_delta(params, reference, incidental) if not is_preset(d)]
 
 
-def run_name(cfg, params: dict[str, str]) -> str:
+def run_name(cfg: SoarConfig, params: dict[str, str]) -> str:
     """'gptq_w4', 'none', 'gptq_w4 · engine=sglang, engine.server_args.kv-cache-dtype=fp8_e4m3': the preset
     and what changed (incidental keys left out)."""
     rest = [d for d in overrides_of(params, cfg.decide.incidental_params) if not d.startswith("quant=")]

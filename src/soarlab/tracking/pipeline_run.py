@@ -12,6 +12,7 @@ from typing import Iterator
 
 from soarlab.atomic import is_temp_output
 from soarlab.domain import LEVELS
+from soarlab.schema import SoarConfig
 from soarlab.tracking import run_page
 from soarlab.tracking.params import run_name, run_params
 from soarlab.tracking.stage_times import pipeline_start_ms
@@ -37,14 +38,14 @@ def _in_temp_output(path: Path, reports: Path) -> bool:
     return any(is_temp_output(Path(part)) for part in path.relative_to(reports).parts)
 
 
-def run_with_inputs(cfg, digest: str) -> str | None:
+def run_with_inputs(cfg: SoarConfig, digest: str) -> str | None:
     """The id of a run already logged from exactly these inputs (a no-op re-run), or None."""
     client, experiment_id = open_store(cfg)
     found = client.search_runs([experiment_id], filter_string=f"tags.`{run_page.INPUTS_DIGEST_TAG}` = '{digest}'", max_results=1)
     return found[0].info.run_id if found else None
 
 
-def log_pipeline_run(cfg, reports: Path, params_file: Path, speed_set_sha: str = "", inputs_digest: str = "",
+def log_pipeline_run(cfg: SoarConfig, reports: Path, params_file: Path, speed_set_sha: str = "", inputs_digest: str = "",
                      root: Path | None = None) -> str:
     """Log one MLflow run from the files under `reports` (`root`: the project, default the params file's folder);
     return its id."""

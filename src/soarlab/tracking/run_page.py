@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from soarlab.datasets.soar import file_sha256
+from soarlab.schema import SoarConfig
 from soarlab.tracking.tags import reproduction_steps
 
 INPUTS_DIGEST_TAG = "soarlab.inputs_digest"
@@ -38,7 +39,7 @@ def inputs_digest(reports: Path, params_file: Path, context: dict[str, str]) -> 
     return digest.hexdigest()
 
 
-def dataset_inputs(cfg, data_dir: Path) -> list:
+def dataset_inputs(cfg: SoarConfig, data_dir: Path) -> list:
     from mlflow.entities import Dataset, DatasetInput, InputTag
 
     sets = (("speed", "speed set", data_dir / "speed.jsonl"), ("correctness", "correctness set", data_dir / "correctness.jsonl"))
@@ -56,7 +57,7 @@ def dataset_inputs(cfg, data_dir: Path) -> list:
     return inputs
 
 
-def checkpoint_out(root: Path, cfg) -> dict:
+def checkpoint_out(root: Path, cfg: SoarConfig) -> dict:
     """The quantized model's entry in dvc.lock (path, md5, size, nfiles), or {} before DVC recorded it."""
     lock = root / "dvc.lock"
     if not lock.is_file():
@@ -68,7 +69,7 @@ def checkpoint_out(root: Path, cfg) -> dict:
     return {}
 
 
-def log_checkpoint(client, experiment_id: str, run_id: str, cfg, root: Path, tags: dict[str, str]) -> str:
+def log_checkpoint(client, experiment_id: str, run_id: str, cfg: SoarConfig, root: Path, tags: dict[str, str]) -> str:
     """A logged model that points at the DVC-versioned checkpoint (a pointer file, not gigabytes)."""
     from mlflow.entities import LoggedModelOutput, LoggedModelStatus
 

@@ -7,6 +7,8 @@ import os
 import platform
 import subprocess
 
+from soarlab.schema import SoarConfig
+
 # Tags a `soarlab sweep` trial hands to its pipeline's run through the environment (tag -> variable):
 # the parent run makes the run a child of the sweep's run in the MLflow UI.
 SWEEP_TRIAL_ENV = {
@@ -34,7 +36,7 @@ def _git(*args: str) -> str:
         return ""
 
 
-def run_tags(cfg, speed_set_sha: str) -> dict[str, str]:
+def run_tags(cfg: SoarConfig, speed_set_sha: str) -> dict[str, str]:
     tags = {
         "git.commit": _git("rev-parse", "HEAD"),
         # dvc.lock, params.yaml and score.json (a metric kept in git) are rewritten by the pipeline itself.
