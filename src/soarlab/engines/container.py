@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from soarlab.container import ContainerCLI, container_cli
-from soarlab.engines.common import endpoint
+from soarlab.engines.common import base_url
 from soarlab.engines.process import managed_server, port_lease
 from soarlab.engines.server import Server
 from soarlab.engines.sglang import jit_container_args, served_model_name
@@ -94,7 +94,7 @@ def open_container(cfg: SoarConfig, log_path: Path) -> Iterator[Server]:
     if not cli.image_exists(spec.tag):
         raise SoarError(f"serving image {spec.tag} is not built",
                         "run the package stage with this engine (dvc repro package, engine.launcher=container)")
-    ep = endpoint(cfg)
+    ep = cfg.engine
     with port_lease(ep.host, ep.port) as lease:
         name = container_name(spec.engine, lease.port)
         if cli.containers(name):  # left by a killed run on this port: ours by name
@@ -111,13 +111,13 @@ def open_container(cfg: SoarConfig, log_path: Path) -> Iterator[Server]:
         def stop() -> None:
             cli.run(["stop", "-t", str(int(ep.stop_grace_s)), name], timeout=ep.stop_grace_s + 60)
 
-        base_url = ep.on_port(lease.port)
+        url = base_url(ep, lease.port)
         try:
-            with managed_server(argv, base_url=base_url, log_path=log_path, startup_timeout_s=ep.startup_timeout_s,
+            with managed_server(argv, base_url=url, log_path=log_path, startup_timeout_s=ep.startup_timeout_s,
                                 stop_grace_s=ep.stop_grace_s, env=cli.env, name=f"container {name}", extra_stop=stop,
                                 lease=lease, container=[cli.name, name]):
                 check_binds(cli, name, ep.host, lease.port)
-                yield Server(base_url=base_url, api="sglang" if spec.engine == "sglang" else "openai",
+                yield Server(base_url=url, api="sglang" if spec.engine == "sglang" else "openai",
                              model=served_model_name(cfg, cfg.package.processed_model_dir) if spec.gpu
                              else cfg.package.processed_model_dir, supports_ignore_eos=spec.engine == "sglang",
                              has_flush_cache=spec.engine == "sglang", log_path=Path(log_path))

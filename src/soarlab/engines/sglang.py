@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-from soarlab.engines.common import endpoint
+from soarlab.engines.common import base_url
 from soarlab.engines.process import managed_server, port_lease
 from soarlab.engines.server import Server
 from soarlab.errors import SoarError
@@ -144,17 +144,17 @@ def preflight(cfg: SoarConfig) -> None:
 def open_sglang(cfg: SoarConfig, model_dir: Path, log_path: Path) -> Iterator[Server]:
     model_dir = validate_model_dir(Path(model_dir).resolve())
     preflight(cfg)
-    ep = endpoint(cfg)
+    ep = cfg.engine
     # A cache folder the caller already chose wins (a sweep trial's, per GPU: soarlab.sweep.lease).
     env = {var: path for var, path in jit_cache_env(cfg).items() if var not in os.environ}
     for path in env.values():
         Path(path).mkdir(parents=True, exist_ok=True)
     with port_lease(ep.host, ep.port) as lease, managed_server(
         build_command(cfg, model_dir, ep.host, lease.port), env=env,
-        base_url=ep.on_port(lease.port), log_path=log_path, startup_timeout_s=ep.startup_timeout_s,
+        base_url=base_url(ep, lease.port), log_path=log_path, startup_timeout_s=ep.startup_timeout_s,
         stop_grace_s=ep.stop_grace_s, name="sglang server", lease=lease,
     ):
         yield Server(
-            base_url=ep.on_port(lease.port), api="sglang", model=served_model_name(cfg, model_dir),
+            base_url=base_url(ep, lease.port), api="sglang", model=served_model_name(cfg, model_dir),
             supports_ignore_eos=True, has_flush_cache=True, log_path=Path(log_path),
         )

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-from soarlab.engines.common import endpoint
+from soarlab.engines.common import base_url
 from soarlab.engines.process import managed_server, port_lease
 from soarlab.engines.server import Server
 from soarlab.hub import validate_model_dir
@@ -31,14 +31,14 @@ def build_command(cfg: SoarConfig, model_dir: Path, host: str, port: int) -> lis
 @contextlib.contextmanager
 def open_transformers(cfg: SoarConfig, model_dir: Path, log_path: Path) -> Iterator[Server]:
     model_dir = validate_model_dir(Path(model_dir).resolve())
-    ep = endpoint(cfg)
+    ep = cfg.engine
     env = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_UPDATE_CHECK": "1", "TOKENIZERS_PARALLELISM": "false"}
     with port_lease(ep.host, ep.port) as lease, managed_server(
         build_command(cfg, model_dir, ep.host, lease.port),
-        base_url=ep.on_port(lease.port), log_path=log_path, startup_timeout_s=ep.startup_timeout_s,
+        base_url=base_url(ep, lease.port), log_path=log_path, startup_timeout_s=ep.startup_timeout_s,
         stop_grace_s=ep.stop_grace_s, env=env, name="transformers serve", lease=lease,
     ):
         yield Server(
-            base_url=ep.on_port(lease.port), api="openai", model=str(model_dir), supports_ignore_eos=False,
+            base_url=base_url(ep, lease.port), api="openai", model=str(model_dir), supports_ignore_eos=False,
             has_flush_cache=False, log_path=Path(log_path),
         )
