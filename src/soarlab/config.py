@@ -4,7 +4,8 @@ The stages read `params.yaml` (what DVC tracks); `dvc exp run -S ...` rewrites i
 `conf/` with Hydra. `compose()` is the same composition, used by the CLI and the tests. Both
 return the config checked and typed by `soarlab.schema` (a `SoarConfig`), so a bad value fails
 before any work starts and the code reads typed fields, never an untyped DictConfig. Where plain
-data is needed (MLflow params, digests, YAML) `plain()` gives it.
+data is needed, `plain()` gives it (digests, YAML); MLflow's params are the config as written
+(`composed_data`, `params_data`), so a run shows `0` where the user wrote 0.
 """
 
 from __future__ import annotations
@@ -45,6 +46,17 @@ def hydra_config(overrides: Sequence[str] = (), root: str | Path | None = None) 
     return cfg
 
 
+def composed_data(overrides: Sequence[str] = (), root: str | Path | None = None) -> dict[str, Any]:
+    """Hydra's composition as plain data, values as conf/ and the overrides wrote them (`0`, where the
+    typed config holds `0.0`): what params.yaml holds and MLflow's params show."""
+    return OmegaConf.to_container(hydra_config(overrides, root), resolve=True)
+
+
+def params_data(path: str | Path) -> dict[str, Any]:
+    """A params file as plain data, values as written (see composed_data)."""
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+
+
 def compose_official(overrides: Sequence[str] = ()) -> SoarConfig:
     """The config for scoring as the platform does: the real model's baseline accuracy (RULES.md 1),
     whatever model the pipeline's default is. Overrides still win."""
@@ -70,9 +82,8 @@ def to_yaml(cfg: BaseModel | DictConfig) -> str:
     return OmegaConf.to_yaml(plain(cfg) if isinstance(cfg, BaseModel) else cfg, resolve=True)
 
 
-def flatten(cfg: BaseModel | dict, prefix: str = "") -> dict[str, Any]:
+def flatten(data: dict, prefix: str = "") -> dict[str, Any]:
     """{'a': {'b': 1}} -> {'a.b': 1}; lists stay lists (MLflow params take their JSON)."""
-    data = plain(cfg) if isinstance(cfg, BaseModel) else cfg
     flat: dict[str, Any] = {}
     for key, value in data.items():
         name = f"{prefix}{key}"

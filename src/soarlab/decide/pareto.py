@@ -88,9 +88,9 @@ def points(table: list[dict], runs: Sequence[RunRecord], cfg: SoarConfig, noise:
 def _band_spans(score_cfg: ScoreGroup, baseline: float, left: float, right: float) -> list[tuple[float, float, float]]:
     """(low, high, C) in raw accuracy from `left` to `right`: c_floor below every band of score.c_table
     (at `baseline`), then each band."""
-    bands = sorted(score_cfg.c_table, key=lambda b: b["above"])
-    edges = [min(left, bands[0]["above"] * baseline / 100)] + [b["above"] * baseline / 100 for b in bands] + [right]
-    values = [score_cfg.c_floor] + [float(b["C"]) for b in bands]
+    bands = sorted(score_cfg.c_table, key=lambda b: b.above)
+    edges = [min(left, bands[0].above * baseline / 100)] + [b.above * baseline / 100 for b in bands] + [right]
+    values = [score_cfg.c_floor] + [b.C for b in bands]
     return [(edges[i], edges[i + 1], c) for i, c in enumerate(values)]
 
 

@@ -11,9 +11,10 @@ from soarlab.schema import SoarConfig
 _MAX_PARAM_CHARS = 6000
 
 
-def run_params(cfg: SoarConfig) -> dict[str, str]:
-    """The flattened config as MLflow stores it: strings, JSON for non-strings, cut to MLflow's limit."""
-    params = {k: v if isinstance(v, str) else json.dumps(v) for k, v in flatten(cfg).items()}
+def run_params(data: dict) -> dict[str, str]:
+    """The config as written (soarlab.config.params_data / composed_data), flattened as MLflow stores it:
+    strings, JSON for non-strings, cut to MLflow's limit."""
+    params = {k: v if isinstance(v, str) else json.dumps(v) for k, v in flatten(data).items()}
     return {k: v[:_MAX_PARAM_CHARS] for k, v in params.items()}
 
 
@@ -37,16 +38,16 @@ def overrides_of(params: dict[str, str], incidental) -> list[str]:
     """The Hydra overrides that compose `params` from conf/: the presets that differ (`engine=sglang`),
     then the keys that differ from those presets (else two sweep trials of engine=sglang that differ in
     one flag would look alike)."""
-    from soarlab.config import compose
+    from soarlab.config import composed_data
     from soarlab.errors import SoarError
 
     def is_preset(item: str) -> bool:  # `engine=sglang`, not `engine.port=0`
         return "." not in item.split("=", 1)[0]
 
-    default = run_params(compose())
+    default = run_params(composed_data())
     presets = [d for d in config_delta(params, default, incidental) if is_preset(d)]
     try:
-        reference = run_params(compose(presets))
+        reference = run_params(composed_data(presets))
     except SoarError:  # a group `name` set by hand, not a preset in conf/: its keys follow it, unnamed
         reference = default
     return presets + [d for d in config_delta(params, reference, incidental) if not is_preset(d)]

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterator
 
 from soarlab.atomic import is_temp_output
+from soarlab.config import params_data
 from soarlab.domain import LEVELS
 from soarlab.schema import SoarConfig
 from soarlab.tracking import run_page
@@ -55,7 +56,7 @@ def log_pipeline_run(cfg: SoarConfig, reports: Path, params_file: Path, speed_se
     root = params_file.parent if root is None else root
     tags = {**run_tags(cfg, speed_set_sha), **({run_page.INPUTS_DIGEST_TAG: inputs_digest} if inputs_digest else {})}
     tags["mlflow.note.content"] = recipe_markdown(tags)
-    params = run_params(cfg)
+    params = run_params(params_data(params_file))  # as written: `0`, not the typed `0.0`
     run = client.create_run(
         experiment_id, start_time=pipeline_start_ms(reports), run_name=run_name(cfg, params), tags=tags
     )
