@@ -56,7 +56,7 @@ def gate_cli(args) -> int:
 
     cfg = decide_config(args)
     against = args.against or cfg.decide.gate.against
-    min_gain = float(cfg.decide.gate.min_gain if args.min_gain is None else args.min_gain)
+    min_gain = cfg.decide.gate.min_gain if args.min_gain is None else args.min_gain
     _, _, runs = load_runs(cfg)
     calibration = fit(runs, cfg)
     for warning in calibration.warnings:

@@ -50,7 +50,7 @@ def _performance_sd(run: RunRecord, row: dict, cfg: SoarConfig, noise: dict[str,
     for level in LEVELS:
         found = side([run], level, record)
         sd = math.sqrt(found.var) if found else 0.0
-        terms.append(float(cfg.score.weights[level]) * (row[f"{level}_speed"] or 0.0) * sd)
+        terms.append(cfg.score.weights[level] * (row[f"{level}_speed"] or 0.0) * sd)
     return math.hypot(*terms)
 
 

@@ -29,7 +29,7 @@ def reference(cfg: SoarConfig, speed_set_sha: str) -> dict:
         if missing:
             raise SoarError(f"score.reference.source is config but durations of {', '.join(missing)} are not set",
                             "set score.reference.durations.S1=SECONDS (and S8, Smax)")
-        return {"source": "config", "durations": {level: float(ref.durations[level]) for level in LEVELS}, "runs": 0}
+        return {"source": "config", "durations": {level: ref.durations[level] for level in LEVELS}, "runs": 0}
     if ref.source == "baseline_run":
         if not ref.baseline_run_id:
             raise SoarError("score.reference.source is baseline_run but no baseline_run_id is set",
