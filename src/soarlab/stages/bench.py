@@ -11,9 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from soarlab.errors import SoarError
+from soarlab.schema import SoarConfig
 
 
-def check_inputs(cfg) -> tuple[Path, Path]:
+def check_inputs(cfg: SoarConfig) -> tuple[Path, Path]:
     """(speed set, quantized model dir), or a SoarError naming the stage to run first."""
     dataset = Path(cfg.paths.data) / "speed.jsonl"
     model_dir = Path(cfg.paths.quantized_model)
@@ -24,7 +25,7 @@ def check_inputs(cfg) -> tuple[Path, Path]:
     return dataset, model_dir
 
 
-def run(cfg, server=None) -> None:
+def run(cfg: SoarConfig, server=None) -> None:
     """`server`: one already serving the quantized model (stage `evaluate`); None starts one."""
     import contextlib
 
@@ -54,4 +55,4 @@ def run(cfg, server=None) -> None:
                 print(f"bench {level}: {state}")
                 for line in server_metrics_lines(report):
                     print(f"bench {line}")
-        write_summary(tmp, list(bench.levels), make_plot=bool(bench.plot))
+        write_summary(tmp, list(bench.levels), make_plot=bench.plot)

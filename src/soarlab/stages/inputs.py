@@ -24,10 +24,11 @@ from pathlib import Path
 from soarlab.atomic import write_json
 from soarlab.digest import content_digest
 from soarlab.paths import project_root
+from soarlab.schema import SoarConfig
 from soarlab.tracking.store import STAMP_REPORT, store_stamp, tracking_uri
 
 
-def named_inputs(cfg) -> dict[str, tuple[str, str | None]]:
+def named_inputs(cfg: SoarConfig) -> dict[str, tuple[str, str | None]]:
     """{input: (param, the path it names in this config, or None when the config reads no such file)}."""
     calibration = cfg.quant.calibration.source
     return {
@@ -38,7 +39,7 @@ def named_inputs(cfg) -> dict[str, tuple[str, str | None]]:
     }
 
 
-def run(cfg) -> None:
+def run(cfg: SoarConfig) -> None:
     root = project_root()
     for name, (param, named) in named_inputs(cfg).items():
         path = None if named is None else Path(str(named)).expanduser()

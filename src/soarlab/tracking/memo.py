@@ -18,6 +18,7 @@ from typing import Any
 
 from soarlab.atomic import write_json
 from soarlab.paths import owning_project_root
+from soarlab.schema import SoarConfig
 from soarlab.tracking.store import store_stamp
 
 
@@ -35,7 +36,7 @@ def _read() -> dict:
         return {}
 
 
-def recall(cfg, kind: str, key: Any) -> Any | None:
+def recall(cfg: SoarConfig, kind: str, key: Any) -> Any | None:
     """The answer remembered for `kind` asked with `key`, if the store has not changed since."""
     entry = _read().get(kind)
     stamp = store_stamp(cfg)
@@ -44,7 +45,7 @@ def recall(cfg, kind: str, key: Any) -> Any | None:
     return entry.get("value")
 
 
-def remember(cfg, kind: str, key: Any, value: Any) -> None:
+def remember(cfg: SoarConfig, kind: str, key: Any, value: Any) -> None:
     """Record `value` as the answer for `kind` and `key` at the store's current stamp."""
     stamp, path = store_stamp(cfg), _memo_file()
     if stamp is None or path is None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from soarlab.datasets.soar import file_sha256
+from soarlab.schema import SoarConfig
 from soarlab.tracking.store import STAMP_REPORT
 from soarlab.tracking.tags import reproduction_steps
 
@@ -41,7 +42,7 @@ def inputs_digest(reports: Path, params_file: Path, context: dict[str, str]) -> 
     return digest.hexdigest()
 
 
-def dataset_inputs(cfg, data_dir: Path) -> list:
+def dataset_inputs(cfg: SoarConfig, data_dir: Path) -> list:
     from mlflow.entities import Dataset, DatasetInput, InputTag
 
     sets = (("speed", "speed set", data_dir / "speed.jsonl"), ("correctness", "correctness set", data_dir / "correctness.jsonl"))
@@ -59,25 +60,25 @@ def dataset_inputs(cfg, data_dir: Path) -> list:
     return inputs
 
 
-def checkpoint_out(root: Path, cfg) -> dict:
+def checkpoint_out(root: Path, cfg: SoarConfig) -> dict:
     """The quantized model's entry in dvc.lock (path, md5, size, nfiles), or {} before DVC recorded it."""
     lock = root / "dvc.lock"
     if not lock.is_file():
         return {}
     stages = (yaml.safe_load(lock.read_text()) or {}).get("stages", {})
     for out in stages.get("quantize", {}).get("outs", []):
-        if out.get("path") == str(cfg.paths.quantized_model):
+        if out.get("path") == cfg.paths.quantized_model:
             return out
     return {}
 
 
-def log_checkpoint(client, experiment_id: str, run_id: str, cfg, root: Path, tags: dict[str, str]) -> str:
+def log_checkpoint(client, experiment_id: str, run_id: str, cfg: SoarConfig, root: Path, tags: dict[str, str]) -> str:
     """A logged model that points at the DVC-versioned checkpoint (a pointer file, not gigabytes)."""
     from mlflow.entities import LoggedModelOutput, LoggedModelStatus
 
     out = checkpoint_out(root, cfg)
     pointer = {
-        "path": str(cfg.paths.quantized_model),
+        "path": cfg.paths.quantized_model,
         "dvc_md5": out.get("md5"), "size_bytes": out.get("size"), "nfiles": out.get("nfiles"),
         "git_commit": tags.get("git.commit"), "dvc_experiment": tags.get("dvc.experiment"),
         "get_it": reproduction_steps(tags),
@@ -85,7 +86,7 @@ def log_checkpoint(client, experiment_id: str, run_id: str, cfg, root: Path, tag
     model = client.create_logged_model(
         experiment_id, name=f"checkpoint-{cfg.quant.name}", source_run_id=run_id, model_type="quantized checkpoint",
         tags={"soarlab.dvc_path": pointer["path"], **({"soarlab.dvc_md5": out["md5"]} if out.get("md5") else {})},
-        params={"quant.name": str(cfg.quant.name), "model.name": str(cfg.model.name)},
+        params={"quant.name": cfg.quant.name, "model.name": cfg.model.name},
     )
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "checkpoint.dvc-pointer.yaml").write_text(yaml.safe_dump(pointer, sort_keys=False))

@@ -6,6 +6,7 @@ import contextlib
 from pathlib import Path
 
 from soarlab.paths import owning_project_root
+from soarlab.schema import SoarConfig
 
 # MLflow 3's UI opens an experiment on its GenAI pages unless this experiment tag says otherwise
 # (read by the experiment page in mlflow/server/js; "genai_development" is the other value).
@@ -13,9 +14,9 @@ EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 RUNS_TABLE_KIND = "custom_model_development"
 
 
-def tracking_uri(cfg) -> str:
+def tracking_uri(cfg: SoarConfig) -> str:
     if cfg.tracking.uri:
-        return str(cfg.tracking.uri)
+        return cfg.tracking.uri
     return f"sqlite:///{owning_project_root() / 'mlflow.db'}"
 
 
@@ -27,7 +28,7 @@ def sqlite_file(uri: str) -> Path | None:
 STAMP_REPORT = ("inputs", "store.json")
 
 
-def store_stamp(cfg) -> str | None:
+def store_stamp(cfg: SoarConfig) -> str | None:
     """The sqlite store's path, size and modification time, which every write changes; None for a tracking
     server (no such stamp) or a store not made yet."""
     db = sqlite_file(tracking_uri(cfg))
@@ -50,7 +51,7 @@ def _store_lock(uri: str):
     return FileLock(f"{db}.lock")
 
 
-def inputs_lock(cfg):
+def inputs_lock(cfg: SoarConfig):
     """Held from looking up a run with these inputs to creating it, so that two `track`s of the same
     inputs at once log one run, not two. Beside a sqlite store; for a tracking server, one per server
     on this machine (runs on other machines are not covered)."""
@@ -68,7 +69,7 @@ def inputs_lock(cfg):
     return FileLock(path)
 
 
-def open_store(cfg):
+def open_store(cfg: SoarConfig):
     """(MlflowClient, experiment id) of `tracking.experiment`, created on first use."""
     import mlflow
 
