@@ -58,10 +58,11 @@ base_image() {
     mmdebstrap --variant=minbase bookworm - "$sources" | podman import - "$BASE"
 }
 clone() { git clone --quiet --no-local "$ROOT" "$WORK/soarlab"; }
-# Local files and folders the machine's pip settings name (find-links, file:// indexes, constraints).
+# Local files and folders the machine's pip settings name (find-links, file:// indexes, constraints); for
+# an index (.../simple), the folder above it, where its pages' relative links to the files point.
 pip_local_paths() {
     { python3 -m pip config list 2>/dev/null; env | grep -E '^(PIP|UV)_'; } \
-        | grep -oE "(file://)?/[^ '\"]+" | sed 's|^file://||' | sort -u
+        | grep -oE "(file://)?/[^ '\"]+" | sed -e 's|^file://||' -e 's|/simple/*$||' | sort -u
 }
 start_box() {
     local mounts=(-v "$WORK/soarlab:/home/newcomer/soarlab") path var
