@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 
-from soarlab.domain import CORPUS_PATH
+from soarlab.corpus import CORPUS_PATH
 from soarlab.errors import SoarError
 from soarlab.schema import Profile
 
