@@ -5,8 +5,8 @@ the sub-configs passed by their usual names (`qcfg` is `quant`, `eval_cfg` is `e
 names bound to such a chain (`ref = cfg.score.reference`), is resolved against soarlab.schema.SoarConfig:
 each key must be a field of the model it is read from (for the engine union: of some engine). A key that
 is not there reads as nothing on a DictConfig `.get`, and a test of the default config would not notice.
-The sweep's `trial.*` (conf/sweep_app.yaml) resolve against soarlab.schema.SweepTrial; `hydra.*` is
-Hydra's own and skipped.
+The sweep's `trial.*` and `sweep.*` (conf/sweep_app.yaml) resolve against soarlab.schema.SweepTrial and
+SweepPruning; `hydra.*` is Hydra's own and skipped.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from conftest import ROOT
 from soarlab.errors import SoarError
-from soarlab.schema import SoarConfig, SweepTrial, validate_trial
+from soarlab.schema import SoarConfig, SweepPruning, SweepTrial, validate_sweep, validate_trial
 
 PKG = ROOT / "src" / "soarlab"
 # Names the code gives the config and its groups (parameters and locals), and where each points.
@@ -115,7 +115,8 @@ def test_no_module_reads_a_key_outside_the_schema():
     for path in sorted(PKG.rglob("*.py")):
         by_root = {}
         for line, keys in reads(path):
-            if keys[0] in HYDRA_KEYS or resolves(SoarConfig, keys) or (keys[0] == "trial" and resolves(SweepTrial, keys[1:])):
+            sweep_app = {"trial": SweepTrial, "sweep": SweepPruning}.get(keys[0])
+            if keys[0] in HYDRA_KEYS or resolves(SoarConfig, keys) or (sweep_app and resolves(sweep_app, keys[1:])):
                 continue
             by_root.setdefault(tuple(keys), line)
         unknown += [f"{path.relative_to(ROOT)}:{line}: {'.'.join(k)}" for k, line in by_root.items()]
@@ -139,3 +140,10 @@ def test_the_sweeps_trial_keys_are_typed():
         validate_trial({**trial, "timeout_s": -1})
     with pytest.raises(SoarError, match=r"trial\.retries .*unknown key"):
         validate_trial({**trial, "retries": 2})
+
+
+def test_the_sweeps_pruning_keys_are_typed():
+    pruning = yaml.safe_load((ROOT / "conf" / "sweep_app.yaml").read_text())["sweep"]
+    assert validate_sweep(pruning).prune is False
+    with pytest.raises(SoarError, match=r"sweep\.s1_fraction .*less than 1"):
+        validate_sweep({**pruning, "s1_fraction": 2})

@@ -61,7 +61,8 @@ def _level_timeout(bench) -> float | None:
     return float(bench.level_timeout_s) if bench.level_timeout_s else None
 
 
-async def _run_level_async(server: Server, client: ApiClient, requests, level, concurrency, bench, tokenizer, progress):
+async def _run_level_async(server: Server, client: ApiClient, requests, level, concurrency, bench, tokenizer, progress,
+                           on_request=None):
     timeout = aiohttp.ClientTimeout(total=float(bench.request_timeout_s), sock_connect=float(bench.connect_timeout_s))
     deadline = _level_timeout(bench)
     connections = len(requests) if not concurrency else min(concurrency, len(requests))
@@ -82,7 +83,8 @@ async def _run_level_async(server: Server, client: ApiClient, requests, level, c
             if not ok:
                 return runs, rows, warmup, sampled
         with Sampler(server.base_url, bench.server_metrics) as sampler:  # the timed runs only
-            await _timed_runs(server, client, session, requests, level, concurrency, bench, progress, timeout, deadline, runs)
+            await _timed_runs(server, client, session, requests, level, concurrency, bench, progress, timeout, deadline, runs,
+                              on_request)
         sampled = sampler.summary()
     for repeat, (run, _flush_state) in enumerate(runs):
         client.finish_records(run.records, tokenizer)
@@ -90,8 +92,10 @@ async def _run_level_async(server: Server, client: ApiClient, requests, level, c
     return runs, rows, warmup, sampled
 
 
-async def _timed_runs(server, client, session, requests, level, concurrency, bench, progress, timeout, deadline, runs) -> None:
-    """bench.repeats timed runs of the level, each after a cache flush and a pause; appended to `runs`."""
+async def _timed_runs(server, client, session, requests, level, concurrency, bench, progress, timeout, deadline, runs,
+                      on_request=None) -> None:
+    """bench.repeats timed runs of the level, each after a cache flush and a pause; appended to `runs`.
+    `on_request(level, repeat, total, record)` is called as each request ends (what it raises stops the level)."""
     for repeat in range(int(bench.repeats)):
         flush = await _flush(server, float(bench.flush_timeout_s)) if bench.flush_cache else "off (bench.flush_cache)"
         await asyncio.sleep(float(bench.pause_after_flush_s))
@@ -100,9 +104,13 @@ async def _timed_runs(server, client, session, requests, level, concurrency, ben
             from tqdm import tqdm
 
             bar = tqdm(total=len(requests), desc=f"{level} run {repeat + 1}/{bench.repeats}", unit="req", leave=False)
-        run = await client.run(session, requests, concurrency, timeout=timeout,
-                               on_done=(lambda _r: bar.update(1)) if bar is not None else None,
-                               deadline_s=deadline)
+        def done(record, repeat=repeat, bar=bar):
+            if bar is not None:
+                bar.update(1)
+            if on_request is not None:
+                on_request(level, repeat, len(requests), record)
+
+        run = await client.run(session, requests, concurrency, timeout=timeout, on_done=done, deadline_s=deadline)
         if bar is not None:
             bar.close()
         runs.append((run, flush))
@@ -116,8 +124,10 @@ def run_level(
     bench,
     tokenizer=None,
     dataset: SpeedSetInfo | None = None,
+    on_request=None,
 ) -> tuple[LevelReport, list[dict]]:
-    """Run one level (bench.repeats times). Returns (the level report, the per-request rows)."""
+    """Run one level (bench.repeats times). Returns (the level report, the per-request rows).
+    `on_request`: see _timed_runs (a pruning sweep's checkpoints)."""
     if not requests:
         raise SoarError("no requests to send (the dataset is empty after dropping short rows)", "use a speed set with longer rows")
     length_control = resolve_length_control(server, str(bench.length_control))
@@ -126,7 +136,8 @@ def run_level(
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     t_wall = time.perf_counter()
     runs, rows, warmup, sampled = asyncio.run(
-        _run_level_async(server, client, list(requests), level, concurrency, bench, tokenizer, bool(bench.progress))
+        _run_level_async(server, client, list(requests), level, concurrency, bench, tokenizer, bool(bench.progress),
+                         on_request)
     )
     per_run: list[RunReport] = []
     reasons: list[str] = []
