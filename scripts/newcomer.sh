@@ -58,14 +58,24 @@ base_image() {
     mmdebstrap --variant=minbase bookworm - "$sources" | podman import - "$BASE"
 }
 clone() { git clone --quiet --no-local "$ROOT" "$WORK/soarlab"; }
+# Local files and folders the machine's pip settings name (find-links, file:// indexes, constraints); for
+# an index (.../simple), the folder above it, where its pages' relative links to the files point.
+pip_local_paths() {
+    { python3 -m pip config list 2>/dev/null; env | grep -E '^(PIP|UV)_'; } \
+        | grep -oE "(file://)?/[^ '\"]+" | sed -e 's|^file://||' -e 's|/simple/*$||' | sort -u
+}
 start_box() {
-    local mounts=(-v "$WORK/soarlab:/home/newcomer/soarlab")
-    for path in /etc/pip.conf /etc/xdg/pip /opt/pypi /opt/pypi-more /opt/wheels /etc/ssl/certs; do
+    local mounts=(-v "$WORK/soarlab:/home/newcomer/soarlab") path var
+    # The machine's package-index settings as pip and uv read them: config files (the user's too), the
+    # local folders they name, PIP_*/UV_* variables; its CA bundle; pip's cache.
+    for path in /etc/pip.conf /etc/xdg/pip /etc/ssl/certs $(pip_local_paths); do
         [ -e "$path" ] && mounts+=(-v "$path:$path:ro")
     done
-    mkdir -p /root/.cache/pip && mounts+=(-v /root/.cache/pip:/root/.cache/pip)
-    # The machine's CA bundle, as its clients are told of it (uv, like curl, reads SSL_CERT_FILE).
-    for var in SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE PIP_CERT; do
+    path=${XDG_CONFIG_HOME:-$HOME/.config}/pip
+    [ -d "$path" ] && mounts+=(-v "$path:/root/.config/pip:ro")
+    mkdir -p "$HOME/.cache/pip" && mounts+=(-v "$HOME/.cache/pip:/root/.cache/pip")
+    for var in $(compgen -e | grep -E '^(PIP|UV)_'); do mounts+=(-e "$var=${!var}"); done
+    for var in SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE; do  # uv, like curl, reads SSL_CERT_FILE
         [ -n "${!var:-}" ] && mounts+=(-e "$var=${!var}")
     done
     # Its own network namespace (its tests serve on loopback ports the host may use), privileged with its own

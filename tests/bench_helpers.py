@@ -7,19 +7,19 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from soarlab.schema import BenchGroup
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def bench_cfg(**changes):
-    """conf/bench/tiny.yaml as Hydra composes it (it extends soar.yaml), with test-friendly changes."""
-    base = OmegaConf.load(ROOT / "conf" / "bench" / "soar.yaml")
-    tiny = OmegaConf.load(ROOT / "conf" / "bench" / "tiny.yaml")
-    tiny.pop("defaults", None)
+def bench_cfg(**changes) -> BenchGroup:
+    """conf/bench/tiny.yaml as compose types it (it extends soar.yaml), with test-friendly changes (merged deep)."""
+    from soarlab.config import compose, plain
+
     # One timed run per level unless a test asks for repeats (the tiny default runs 3).
-    test_friendly = {"pause_after_flush_s": 0.0, "progress": False, "request_timeout_s": 20, "repeats": 1}
-    cfg = OmegaConf.merge(base, tiny, test_friendly, changes)
-    OmegaConf.set_struct(cfg, True)
-    return cfg
+    test_friendly = {"pause_after_flush_s": 0.0, "progress": False, "request_timeout_s": 20.0, "repeats": 1}
+    merged = OmegaConf.merge(plain(compose(["bench=tiny"], root=ROOT).bench), test_friendly, changes)
+    return BenchGroup.model_validate(OmegaConf.to_container(merged))
 
 
 def write_set(path: Path, rows: list[dict]) -> Path:
@@ -59,7 +59,7 @@ def bench_project(root: Path, model_dir: Path) -> Path:
     enough to still be running when it is killed."""
     import shutil
 
-    from soarlab.config import compose
+    from soarlab.config import compose, to_yaml
 
     shutil.copytree(ROOT / "conf", root / "conf")
     (root / "data").mkdir()
@@ -67,7 +67,7 @@ def bench_project(root: Path, model_dir: Path) -> Path:
     (root / "data" / "speed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = compose([f"paths.quantized_model={model_dir}", f"paths.data={root / 'data'}", f"paths.reports={root / 'reports'}",
                    "engine.port=0", "bench.progress=false"], root=root)
-    (root / "params.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    (root / "params.yaml").write_text(to_yaml(cfg))
     return root
 
 

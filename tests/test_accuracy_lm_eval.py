@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from omegaconf import OmegaConf
 
 from soarlab.datasets.embedded import CORRECTNESS as EMBEDDED
-from soarlab.config import compose
+from soarlab.config import compose, plain, to_yaml
+from soarlab.schema import EvalGroup
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,12 +86,9 @@ class FakeChatServer:
         self.thread.join(10)
 
 
-def eval_cfg(**changes):
-    cfg = compose(root=ROOT).eval
-    cfg.retry_backoff_s = 0.01
-    for key, value in changes.items():
-        OmegaConf.update(cfg, key, value)
-    return cfg
+def eval_cfg(**changes) -> EvalGroup:
+    """The composed eval group, quick to retry, with `changes` (typed by the schema)."""
+    return EvalGroup.model_validate({**plain(compose(root=ROOT).eval), "retry_backoff_s": 0.01, **changes})
 
 
 def rows():
@@ -153,13 +150,9 @@ def test_stage_evaluate_writes_ci_and_skips_loglikelihood_tasks_without_echo(tin
             return {"tasks": {names[0]: FakeTask()}}
 
     monkeypatch.setattr(runner, "_standard_task_manager", FakeManager)
-    cfg = OmegaConf.create(
-        {
-            "eval": eval_cfg(tasks=["hellaswag"]),
-            "model": {"baseline_accuracy": 80.0},
-            "score": compose(root=ROOT).score,
-        }
-    )
+    composed = compose(root=ROOT)
+    cfg = composed.model_copy(update={"eval": eval_cfg(tasks=["hellaswag"]),
+                                      "model": composed.model.model_copy(update={"baseline_accuracy": 80.0})})
     with FakeChatServer(half_right) as fake:
         server = Server(base_url=fake.base_url, api="openai", model="tiny", supports_ignore_eos=False)
         summary, records = evaluate(server, EMBEDDED, tiny_model_dir, cfg)
@@ -190,7 +183,7 @@ def test_sigterm_mid_accuracy_says_stopped_and_nothing_else(tiny_model_dir, tmp_
         cfg = compose(["engine=external", f"engine.url={server.base_url}", "engine.api=openai",
                        f"paths.quantized_model={tiny_model_dir}", f"paths.data={proj / 'data'}",
                        f"paths.reports={proj / 'reports'}"], root=proj)
-        (proj / "params.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        (proj / "params.yaml").write_text(to_yaml(cfg))
         stage = subprocess.Popen([sys.executable, "-m", "soarlab.cli", "stage", "accuracy"], cwd=proj,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
@@ -211,26 +204,30 @@ def test_fetch_correctness_set_sources(tmp_path, monkeypatch):
     from soarlab.datasets import correctness as dataset
     from soarlab.errors import SoarError
 
+    pinned = compose(["eval=soar"], root=ROOT).eval.dataset  # the official set as conf/eval/soar.yaml pins it
+
+    def source(**keys):
+        return pinned.model_copy(update=keys)
+
     dest = tmp_path / "data" / "correctness.jsonl"
-    dataset.fetch_correctness_set({"source": "embedded"}, dest)
+    dataset.fetch_correctness_set(source(source="embedded"), dest)
     assert dest.read_bytes() == EMBEDDED.read_bytes()
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"task": "mcq", "question": "q", "gold": "A"}\n{"task": "mcq", "question": "q", "gold": "Z"}\n')
     with pytest.raises(SoarError, match="line 2"):
-        dataset.fetch_correctness_set({"source": "file", "path": str(bad)}, dest)
+        dataset.fetch_correctness_set(source(source="file", path=str(bad)), dest)
     assert dest.read_bytes() == EMBEDDED.read_bytes()  # the old file is untouched
 
-    unpinned = {"source": "github", "repo": "o/r", "file": "f", "commit": None, "git_blob_sha1": None, "sha256": None,
-                "download_timeout_s": 10}
+    unpinned = dict(source="github", repo="o/r", file="f", commit=None, git_blob_sha1=None, sha256=None,
+                    download_timeout_s=10.0)
     with pytest.raises(SoarError, match="commit is not set"):
-        dataset.fetch_correctness_set(unpinned, dest)
+        dataset.fetch_correctness_set(source(**unpinned), dest)
     with pytest.raises(SoarError, match="neither git_blob_sha1 nor sha256"):
-        dataset.fetch_correctness_set({**unpinned, "commit": "a" * 40}, dest)
+        dataset.fetch_correctness_set(source(**{**unpinned, "commit": "a" * 40}), dest)
 
     # github: raw.githubusercontent.com is unreachable here, so a loopback server stands in for it
     payload = EMBEDDED.read_bytes()
-    pinned = compose(["eval=soar"], root=ROOT).eval.dataset  # the official set as conf/eval/soar.yaml pins it
     served = []
 
     async def raw(request):
@@ -262,11 +259,11 @@ def test_fetch_correctness_set_sources(tmp_path, monkeypatch):
         for hashes in ({"git_blob_sha1": git_says.strip(), "sha256": None}, {"git_blob_sha1": None, "sha256": sha256},
                        {"git_blob_sha1": git_says.strip(), "sha256": sha256}):
             dest2 = tmp_path / "gh.jsonl"
-            dataset.fetch_correctness_set({**unpinned, "commit": "a" * 40, **hashes}, dest2)
+            dataset.fetch_correctness_set(source(**{**unpinned, "commit": "a" * 40, **hashes}), dest2)
             assert dest2.read_bytes() == payload
         with pytest.raises(SoarError, match="sha256"):
-            dataset.fetch_correctness_set({**unpinned, "commit": "a" * 40, "git_blob_sha1": git_says.strip(),
-                                           "sha256": "0" * 64}, tmp_path / "gh2.jsonl")
+            dataset.fetch_correctness_set(source(**{**unpinned, "commit": "a" * 40, "git_blob_sha1": git_says.strip(),
+                                                    "sha256": "0" * 64}), tmp_path / "gh2.jsonl")
         assert not (tmp_path / "gh2.jsonl").exists()
     finally:
         asyncio.run_coroutine_threadsafe(app_runner.cleanup(), loop).result(10)

@@ -15,14 +15,18 @@ from soarlab.accuracy.scoring import (
     score_rows,
     summarize,
 )
+from conftest import ROOT
+from soarlab.config import compose
 from soarlab.datasets.correctness import check_gold, read_correctness_set
 from soarlab.errors import SoarError
+from soarlab.schema import Bootstrap, CBand
 
-SCORE_CFG = {
-    "accuracy_cap": 100,
-    "c_table": [{"above": 99, "C": 1.0}, {"above": 98, "C": 0.96}, {"above": 97, "C": 0.92}],
+# The score group as the schema types it, with a table whose bands the tests below cross.
+SCORE_CFG = compose(root=ROOT).score.model_copy(update={
+    "accuracy_cap": 100.0,
+    "c_table": [CBand(above=99.0, C=1.0), CBand(above=98.0, C=0.96), CBand(above=97.0, C=0.92)],
     "c_floor": 0.0,
-}
+})
 
 
 @pytest.mark.parametrize(
@@ -134,7 +138,7 @@ def test_score_rows_keeps_failures_and_reports_unknown_tasks():
 def test_c_bands_and_bootstrap_warning():
     # 79 of 100 right: ori 79, normalized 98.75 -> C 0.96; the interval spans several bands
     records = [{"task": "mcq", "score": 1.0 if i < 79 else 0.0, "prediction": "x"} for i in range(100)]
-    summary = summarize(records, 80.0, SCORE_CFG, {"resamples": 500, "seed": 0, "confidence": 0.95})
+    summary = summarize(records, 80.0, SCORE_CFG, Bootstrap(resamples=500, seed=0, confidence=0.95))
     assert summary["C"] == 0.96
     boot = summary["bootstrap"]
     assert boot["ori_low"] < 79 < boot["ori_high"]
@@ -142,7 +146,7 @@ def test_c_bands_and_bootstrap_warning():
     assert any("crosses a C band" in w for w in summary["warnings"])
     # deterministic for a seed; all-right samples give a zero-width interval and no warning
     assert bootstrap_ci([1.0, 0.0, 1.0], 200, 3, 0.95) == bootstrap_ci([1.0, 0.0, 1.0], 200, 3, 0.95)
-    perfect = summarize([{"task": "qa", "score": 1.0, "prediction": "x"}] * 10, 80.0, SCORE_CFG, {"resamples": 100, "seed": 0, "confidence": 0.95})
+    perfect = summarize([{"task": "qa", "score": 1.0, "prediction": "x"}] * 10, 80.0, SCORE_CFG, Bootstrap(resamples=100, seed=0, confidence=0.95))
     assert perfect["C"] == 1.0 and not perfect["bootstrap"]["crosses_c_band"]
 
 
@@ -151,7 +155,7 @@ def test_reported_pairs_of_rules_md():
     from soarlab.metrics.scoring import coefficient, normalized_accuracy
 
     for ori, c in ((78.71, 0.96), (78.07, 0.92), (76.64, 0.0), (80.0, 1.0), (95.0, 1.0)):
-        assert coefficient(normalized_accuracy(ori, 80.0, 100), SCORE_CFG["c_table"], 0.0) == c
+        assert coefficient(normalized_accuracy(ori, 80.0, 100), SCORE_CFG.c_table, 0.0) == c
 
 
 def test_read_predictions_formats(tmp_path):

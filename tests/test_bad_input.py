@@ -19,9 +19,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
-from soarlab.config import compose
+from soarlab.config import compose, plain, to_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,7 +54,7 @@ def write_params(proj: Path, *overrides: str) -> Path:
                    f"paths.base_model={proj / 'models' / 'base'}", f"paths.quantized_model={proj / 'models' / 'quantized'}",
                    *overrides], root=proj)
     path = proj / "params.yaml"
-    path.write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    path.write_text(to_yaml(cfg))
     return path
 
 
@@ -139,7 +138,7 @@ def test_prepare_model_sh_leaves_no_output_folder_on_failure(tiny_model_dir, tmp
     shutil.copytree(ROOT / "src" / "soarlab", proj / "src" / "soarlab", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", proj / "pyproject.toml")
     monkeypatch.chdir(proj)
-    out = package.run(make_cfg(quant=OmegaConf.to_container(compose(["quant=rtn_w4"], root=ROOT).quant, resolve=True)))
+    out = package.run(make_cfg(quant=plain(compose(["quant=rtn_w4"], root=ROOT).quant)))
     bad = corrupt(tiny_model_dir, tmp_path, "truncated")
     target = tmp_path / "processed"
     proc = subprocess.run(["bash", str(out / "submission" / "prepare_model.sh"), "--input", str(bad), "--output", str(target)],
@@ -275,7 +274,7 @@ def test_full_disk_during_package_is_one_short_line_naming_the_disk(source_proje
     source_project = short / "proj"
     reports = source_project / "reports"
     cfg = compose([f"paths.reports={reports}"], root=source_project)
-    (source_project / "params.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    (source_project / "params.yaml").write_text(to_yaml(cfg))
     try:
         proc = on_full_disk(reports, 100, "stage", "package", cwd=source_project)
     finally:

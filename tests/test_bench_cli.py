@@ -11,7 +11,6 @@ import types
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from soarlab.bench.cli import probe_api
 from soarlab.bench.loopback import LoopbackServer
@@ -91,10 +90,8 @@ def test_stage_runs_three_levels(speed_set, tiny_model_dir, tmp_path, monkeypatc
     data = tmp_path / "data"
     data.mkdir()
     (data / "speed.jsonl").write_text(speed_set.read_text())
-    cfg = OmegaConf.create({
-        "paths": {"data": str(data), "quantized_model": str(tiny_model_dir), "reports": str(tmp_path / "reports")},
-        "bench": OmegaConf.to_container(bench_cfg()),
-    })
+    cfg = compose([f"paths.data={data}", f"paths.quantized_model={tiny_model_dir}",
+                   f"paths.reports={tmp_path / 'reports'}"], root=ROOT).model_copy(update={"bench": bench_cfg()})
     stage.run(cfg)
     out = tmp_path / "reports" / "bench"
     flat = json.loads((out / "metrics.json").read_text())

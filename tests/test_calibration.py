@@ -45,8 +45,7 @@ def test_the_published_inverted_case_warns_for_s8_and_smax(cfg):
 def test_a_run_is_predicted_with_the_submitted_ratio(cfg):
     team = _run("team", {"S1": 100, "S8": 200, "Smax": 400}, 81.0,
                 {"S1_duration_s": 300, "S8_duration_s": 600, "Smax_duration_s": 1200, "ori_accuracy": 82.0})
-    cfg.decide.calibration.official_best.S1, cfg.decide.calibration.official_best.S8 = 150, 300
-    cfg.decide.calibration.official_best.Smax = 600
+    cfg.decide.calibration.official_best = {"S1": 150.0, "S8": 300.0, "Smax": 600.0}
     candidate = _run("candidate", {"S1": 50, "S8": 150, "Smax": 400}, 80.0)
     calibration = fit([team, candidate], cfg)
     assert calibration.warnings == []  # every level 3x: ratios agree

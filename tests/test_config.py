@@ -10,7 +10,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from soarlab.config import compose, flatten
+from soarlab.config import compose, flatten, hydra_config, load_params, plain
 from soarlab.errors import SoarError
 
 from conftest import ROOT
@@ -18,9 +18,10 @@ from conftest import ROOT
 
 def test_params_yaml_equals_composed_defaults():
     committed = yaml.safe_load((ROOT / "params.yaml").read_text())
-    assert committed == OmegaConf.to_container(compose(root=ROOT), resolve=True), (
+    assert committed == OmegaConf.to_container(hydra_config(root=ROOT), resolve=True), (
         "params.yaml is stale: regenerate it with `soarlab params`"
     )
+    assert load_params(ROOT / "params.yaml") == compose(root=ROOT)  # what a stage reads is what the CLI reads
 
 
 def _stage_param_keys():
@@ -31,8 +32,8 @@ def _stage_param_keys():
 
 @pytest.mark.parametrize("stage,key", _stage_param_keys())
 def test_every_stage_param_exists_in_params_yaml(stage, key):
-    params = OmegaConf.create(yaml.safe_load((ROOT / "params.yaml").read_text()))
-    assert OmegaConf.select(params, key, throw_on_missing=False) is not None or key in flatten(params), (stage, key)
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    assert key in flatten(params) or OmegaConf.select(OmegaConf.create(params), key) is not None, (stage, key)
 
 
 def test_serving_flags_do_not_reach_fetch_or_quantize():
@@ -94,11 +95,11 @@ def test_schema_rejects_bad_values_naming_the_key(override, key, words):
 @pytest.mark.parametrize("group", ["model", "quant", "engine", "bench", "eval", "score", "package", "tracking"])
 def test_every_preset_of_every_group_passes_the_schema(group):
     for option in sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml")):
-        assert compose([f"{group}={option}"], root=ROOT)[group] is not None, option
+        assert getattr(compose([f"{group}={option}"], root=ROOT), group) is not None, option
 
 
 def test_presets_are_deltas_over_their_base():
-    w4, w8 = (OmegaConf.to_container(compose([f"quant={p}"], root=ROOT).quant) for p in ("gptq_w4", "gptq_w8"))
+    w4, w8 = (plain(compose([f"quant={p}"], root=ROOT).quant) for p in ("gptq_w4", "gptq_w8"))
     assert {k for k in w4 if w4[k] != w8[k]} == {"name", "bits"}
     assert compose(root=ROOT).quant.name == "gptq_w4_mixed"  # the default: the one that keeps C (README)
     tiny, soar = (compose([f"eval={p}"], root=ROOT).eval for p in ("tiny", "soar"))

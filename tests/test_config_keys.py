@@ -1,12 +1,16 @@
 """No module reads a config key the schema does not declare.
 
-Every chain read off the composed config in src/soarlab (`cfg.a.b`, `cfg.a.get("b")`, `cfg.a["b"]`), off
-the sub-configs passed by their usual names (`qcfg` is `quant`, `eval_cfg` is `eval`, ...) and off local
-names bound to such a chain (`ref = cfg.score.reference`), is resolved against soarlab.schema.SoarConfig:
-each key must be a field of the model it is read from (for the engine union: of some engine). A key that
-is not there reads as nothing on a DictConfig `.get`, and a test of the default config would not notice.
-The sweep's `trial.*` and `sweep.*` (conf/sweep_app.yaml) resolve against soarlab.schema.SweepTrial and
-SweepPruning; `hydra.*` is Hydra's own and skipped.
+The code reads the typed config (`soarlab.config.compose` and `load_params` return a
+soarlab.schema.SoarConfig): its models forbid extra keys, so at run time reading or setting an
+unknown attribute raises (the last test). A test of the default config only runs the reads its
+branches reach, so the rest is checked statically here: every chain read off the config in
+src/soarlab (`cfg.a.b`, `cfg.a["b"]`, `cfg.a.get("b")`), off the sub-configs passed by their usual
+names (`qcfg` is `quant`, `eval_cfg` is `eval`, ...) and off local names bound to such a chain
+(`ref = cfg.score.reference`), is resolved against SoarConfig: an attribute must be a field of the
+model it is read from (for the engine union: of some engine) or a pydantic method (`model_dump`);
+`["b"]` and `.get("b")` are only for the schema's dict fields (a model has neither: the engine
+union is told apart by type, not probed with `.get`). The sweep's `trial.*` and `sweep.*` (conf/sweep_app.yaml)
+resolve against soarlab.schema.SweepTrial and SweepPruning; `hydra.*` is Hydra's own and skipped.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import yaml
 from pydantic import BaseModel
 
 from conftest import ROOT
+from soarlab.config import compose
 from soarlab.errors import SoarError
 from soarlab.schema import SoarConfig, SweepPruning, SweepTrial, validate_sweep, validate_trial
 
@@ -30,7 +35,13 @@ ROOTS = {"cfg": (), "qcfg": ("quant",), "eval_cfg": ("eval",), "bench_cfg": ("be
          "model_cfg": ("model",), "bootstrap_cfg": ("eval", "bootstrap")}
 AMBIGUOUS = {"dataset_cfg": [("bench", "dataset"), ("eval", "dataset")]}  # either data set's group
 HYDRA_KEYS = {"hydra"}
-METHODS = {"get", "items", "keys", "values", "pop", "copy"}
+DICT_METHODS = {"get", "items", "keys", "values", "pop", "copy"}
+METHODS = DICT_METHODS | {name for name in dir(BaseModel) if name.startswith("model_")}
+
+
+def _item(key: str) -> str | None:
+    """'x' of a `["x"]` or `.get("x")` read (how `_chain` writes them); None for an attribute."""
+    return key[1:-1] if key.startswith("[") else key[4:-1] if key.startswith("get(") else None
 
 
 def _unwrap(tp) -> list:
@@ -48,13 +59,14 @@ def resolves(tp, keys: list[str]) -> bool:
         return True
     for option in _unwrap(tp):
         if isinstance(option, type) and issubclass(option, BaseModel):
-            if keys[0] in METHODS:
-                return True  # a DictConfig method (`.get("x")` was read as the key x already)
-            field = option.model_fields.get(keys[0])
+            if keys[0] in METHODS - DICT_METHODS:
+                return True  # a pydantic method (model_dump, model_copy)
+            field = option.model_fields.get(keys[0])  # an item read (`["x"]`, `.get("x")`) is no field
             if field is not None and resolves(field.annotation, keys[1:]):
                 return True
         elif typing.get_origin(option) is dict:
-            if resolves(typing.get_args(option)[1], keys[1:]) or keys[0] in METHODS:
+            item = _item(keys[0])
+            if (item is not None and resolves(typing.get_args(option)[1], keys[1:])) or keys[0] in DICT_METHODS:
                 return True
         else:
             return True  # a value (or a list): what follows are its own methods
@@ -69,11 +81,11 @@ def _chain(node) -> tuple[str | None, list[str]]:
             keys.append(node.attr)
             node = node.value
         elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
-            keys.append(node.slice.value)
+            keys.append(f"[{node.slice.value}]")
             node = node.value
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
               and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
-            keys.append(node.args[0].value)
+            keys.append(f"get({node.args[0].value})")
             node = node.func.value
         else:
             break
@@ -103,10 +115,11 @@ def test_the_scan_finds_a_misspelt_key_through_every_form_of_read(tmp_path):
     module.write_text(
         "def f(cfg, qcfg):\n"
         "    ref = cfg.score.reference\n"
-        "    return (cfg.engine.get('python_path'), ref.durationz, qcfg.calibration['sourc'], cfg.engine.port,\n"
-        "            ref.durations)\n")
-    bad = sorted(".".join(keys) for _, keys in reads(module) if not resolves(SoarConfig, keys))
-    assert bad == ["engine.python_path", "quant.calibration.sourc", "score.reference.durationz"]
+        "    return (cfg.engine.get('python_path'), ref.durationz, qcfg.calibration['seed'], cfg.engine.port,\n"
+        "            ref.durations, ref.durations['S1'], cfg.bench.levels.get('S1'), cfg.quant.model_dump())\n")
+    bad = sorted({".".join(keys) for _, keys in reads(module) if not resolves(SoarConfig, keys)})
+    # A misspelt key, and an item read off a model (a dict field's `["S1"]` and `.get("S1")` are fine).
+    assert bad == ["engine.get", "engine.get(python_path)", "quant.calibration.[seed]", "score.reference.durationz"]
     assert len(reads(PKG / "stages" / "reference.py")) > 5, "the scan no longer sees the stages' reads"
 
 
@@ -147,3 +160,14 @@ def test_the_sweeps_pruning_keys_are_typed():
     assert validate_sweep(pruning).prune is False
     with pytest.raises(SoarError, match=r"sweep\.s1_fraction .*less than 1"):
         validate_sweep({**pruning, "s1_fraction": 2})
+
+
+def test_the_typed_config_refuses_an_unknown_key_at_run_time():
+    """What the static scan cannot follow (a config passed under another name) still fails loudly."""
+    cfg = compose(root=ROOT)
+    with pytest.raises(AttributeError, match="prot"):
+        cfg.engine.prot  # noqa: B018 - the read is the test
+    with pytest.raises(ValueError, match="prot"):
+        cfg.engine.prot = 31000
+    with pytest.raises(AttributeError, match="get"):
+        cfg.engine.get("port")  # the engine union is told apart by type (isinstance), not probed

@@ -46,10 +46,24 @@ def lab(tmp_path_factory):
             _run(["dvc", "exp", "run", "-n", name, *COMMON, "-S", f"engine.url={server.base_url}", *extra], lab)
         lab["noop"] = _run(["dvc", "repro"], lab).stdout
     client = mlflow.MlflowClient(f"sqlite:///{dest / 'mlflow.db'}")
+    # Settled (the first no-op re-ran track for the run slow2 had just written), then a write to the store.
+    lab["settled"] = _run(["dvc", "repro"], lab).stdout
+    probe = client.search_runs([client.get_experiment_by_name("soarlab").experiment_id], max_results=1)[0]
+    client.set_tag(probe.info.run_id, "soarlab.test_probe", "a write to the store")
+    lab["after_write"] = _run(["dvc", "repro"], lab).stdout
     experiment = client.get_experiment_by_name("soarlab")
     runs = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time ASC"])
     lab.update(client=client, experiment=experiment, runs={r.data.tags["dvc.experiment"]: r for r in runs}, count=len(runs))
     return lab
+
+
+def test_a_settled_no_op_repro_runs_only_inputs_until_the_store_changes(lab):
+    """reference and track read the MLflow store: they re-run when its stamp (reports/inputs/store.json)
+    changed, and a no-op `dvc repro` on an unchanged store runs the inputs stage alone."""
+    ran = lambda out: {stage for stage in ("inputs", "reference", "track", "score") if f"Running stage '{stage}'" in out}  # noqa: E731
+    assert ran(lab["settled"]) == {"inputs"}, lab["settled"]
+    assert ran(lab["after_write"]) == {"inputs", "reference", "track"}, lab["after_write"]
+    assert "no new run logged" in lab["after_write"]
 
 
 def _json(cmd, lab, ok=(0,)):

@@ -6,7 +6,8 @@ import re
 from pathlib import Path
 
 from soarlab.config import compose
-from soarlab.domain import CORPUS_PATH, GPTQ_V1, GPTQ_V2, LAYER_RE, LEVELS, gptq_format_version
+from soarlab.corpus import CORPUS_PATH
+from soarlab.domain import GPTQ_V1, GPTQ_V2, LAYER_RE, LEVELS, gptq_format_version
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "soarlab"
 
@@ -32,6 +33,8 @@ def test_no_second_copy_in_the_code():
         "layer regex": re.compile(r"model\\\\?\.layers\\\\?\.\(\\\\?d\+\)"),
         "GPTQ v2 name": re.compile(r"""["']gptq_v2["']"""),
     }
-    found = [f"{path.relative_to(SRC)}: {word}" for path in SRC.rglob("*.py") if path.name != "domain.py"
+    homes = {"domain.py", "corpus.py"}  # corpus.py holds the corpus path alone (only its readers import it)
+    found = [f"{path.relative_to(SRC)}: {word}" for path in SRC.rglob("*.py")
+             if path.relative_to(SRC).as_posix() not in homes
              for word, pattern in copies.items() if pattern.search(path.read_text())]
     assert found == []

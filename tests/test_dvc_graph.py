@@ -36,7 +36,7 @@ STAGES = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
 # The data files (and folders of them) under src/soarlab each module reads: module -> paths under PKG.
 # A .py file in such a folder (the lm-eval task's hooks) is followed as code too.
 DATA_FILES = {
-    "soarlab.domain": ["tiny/corpus.txt"],
+    "soarlab.corpus": ["tiny/corpus.txt"],
     "soarlab.datasets.embedded": ["datasets/embedded/correctness.jsonl"],
     "soarlab.accuracy.runner": ["accuracy/lm_eval_tasks"],
     "soarlab.package.image": ["package/Dockerfile", "package/Dockerfile.cpu"],

@@ -29,7 +29,7 @@ def test_lock_code_and_params_hashes_match_the_tree(tmp_path):
     for stage, entries in json.loads(proc.stdout).items():
         for entry in entries:
             if not isinstance(entry, dict):
-                continue  # "always changed" (reference, track)
+                continue  # "always changed" (inputs)
             for path, why in entry.get("changed deps", {}).items():
                 if path == "params.yaml" or not path.startswith(OUTPUT_ROOTS):
                     stale.append(f"{stage}: {path} {why}")

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from omegaconf import OmegaConf
 
 from soarlab import hub
+from soarlab.config import compose
 from soarlab.errors import SoarError
+from soarlab.schema import ModelGroup, SoarConfig
 from soarlab.stages import fetch_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,10 +28,10 @@ def project(tmp_path, monkeypatch) -> Path:
     return tmp_path
 
 
-def make_cfg(model: dict):
-    cfg = OmegaConf.create({"paths": {"base_model": "models/base", "reports": "reports"}, "model": model})
-    OmegaConf.set_struct(cfg, True)
-    return cfg
+def make_cfg(model: dict) -> SoarConfig:
+    """The composed config with `model` as its model group (typed by the schema) and relative paths."""
+    cfg = compose(["paths.base_model=models/base", "paths.reports=reports"], root=ROOT)
+    return cfg.model_copy(update={"model": ModelGroup.model_validate(model)})
 
 
 def real_model_cfg(**changes) -> dict:

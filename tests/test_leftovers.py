@@ -14,14 +14,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from bench_helpers import SilentServer, bench_cfg
 from soarlab import atomic, leftovers
 from soarlab.bench.requests import BenchRequest
 from soarlab.bench.runner import run_level
-from soarlab.config import compose
+from soarlab.config import compose, to_yaml
 from soarlab.engines.server import Server
+from soarlab.schema import Paths
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,12 +59,11 @@ def test_killed_runs_temp_outputs_are_listed_untracked_and_removed(project, tmp_
     (project / "reports" / "score.json").write_text('{"final": 1.0}\n')
     live = project / "reports" / f".bench.{os.getpid()}-live.tmp"  # a running writer's: never touched
     live.mkdir()
-    paths = OmegaConf.create({"reports": "reports", "data": "data", "base_model": "models/base",
-                              "quantized_model": "models/quantized"})
+    paths = Paths(reports="reports", data="data", base_model="models/base", quantized_model="models/quantized")
     assert atomic.project_temp_outputs(project, paths) == sorted([bench_tmp, model_tmp])
 
     # doctor names them with the command that removes them
-    (project / "params.yaml").write_text(OmegaConf.to_yaml(compose(["engine=external"], root=ROOT)))  # the same paths
+    (project / "params.yaml").write_text(to_yaml(compose(["engine=external"], root=ROOT)))  # the same paths
     proc = subprocess.run([sys.executable, "-m", "soarlab.cli", "doctor"], cwd=project, capture_output=True, text=True,
                           timeout=300)
     row = next(line for line in proc.stdout.splitlines() if line.startswith("temp outputs"))
@@ -221,7 +220,7 @@ def test_port_conflict_is_listed_with_its_fix(tmp_path, monkeypatch):
     port = holder.getsockname()[1]
     monkeypatch.setenv("SOARLAB_STATE_DIR", str(tmp_path / "state"))
     try:
-        cfg = OmegaConf.create({"engine": {"name": "transformers", "port": port}})
+        cfg = compose([f"engine.port={port}"], root=ROOT)
         (name, ok, detail), = leftovers.port_rows(cfg)
     finally:
         holder.close()

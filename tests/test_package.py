@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from omegaconf import OmegaConf
 
-from soarlab.config import compose
+from soarlab.config import compose, plain
 from soarlab.errors import SoarError
 from soarlab.package import checks
+from soarlab.schema import PackageGroup, QuantGroup, SoarConfig
 from soarlab.stages import package
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,17 +28,13 @@ def project(source_project) -> Path:
     return source_project
 
 
-def make_cfg(engine: str = "transformers", build_image="false", quant=None, **package_changes):
-    """The composed config (as params.yaml holds it); the default quant preset renamed gptq_w4_test."""
+def make_cfg(engine: str = "transformers", build_image=False, quant=None, **package_changes) -> SoarConfig:
+    """The composed config (as params.yaml holds it); the default quant preset renamed gptq_w4_test, then
+    `quant` and `package_changes` on it (typed by the schema, as a stage gets them)."""
     cfg = compose([f"engine={engine}"], root=ROOT)
-    OmegaConf.set_struct(cfg, False)
-    cfg.quant.name = "gptq_w4_test"
-    cfg.quant.merge_with(quant or {})
-    cfg.package.build_image = build_image
-    for key, value in package_changes.items():
-        cfg.package[key] = value
-    OmegaConf.set_struct(cfg, True)
-    return cfg
+    quant = QuantGroup.model_validate({**plain(cfg.quant), "name": "gptq_w4_test", **(quant or {})})
+    package = PackageGroup.model_validate({**plain(cfg.package), "build_image": build_image, **package_changes})
+    return cfg.model_copy(update={"quant": quant, "package": package})
 
 
 def bash(script: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -57,7 +53,7 @@ def test_package_outputs_and_tarball(project):
             "soarlab/conf/quant/submission.yaml"} <= names
     assert not any("__pycache__" in n for n in names)
     frozen = yaml.safe_load((sub / "soarlab" / "conf" / "quant" / "submission.yaml").read_text())
-    assert frozen == {**OmegaConf.to_container(compose(root=ROOT).quant), "name": "gptq_w4_test"}
+    assert frozen == {**plain(compose(root=ROOT).quant), "name": "gptq_w4_test"}
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["tarball_bytes"] == (out / "submission.tar.gz").stat().st_size
     assert metrics["image_built"] == 0 and all(isinstance(v, (int, float)) for v in metrics.values())

@@ -8,10 +8,10 @@ import warnings
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
-from soarlab.config import compose
+from soarlab.config import compose, plain
 from soarlab.errors import SoarError
+from soarlab.schema import QuantGroup
 
 # Each test here quantizes the tiny model with real GPTQModel (or takes a module fixture that does).
 pytestmark = pytest.mark.slow
@@ -21,11 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def qcfg(preset="gptq_w4", **changes):
-    cfg = compose([f"quant={preset}"]).quant
-    OmegaConf.set_struct(cfg, False)
-    for key, value in changes.items():
-        OmegaConf.update(cfg, key, value, merge=False)
-    return cfg
+    """The preset as compose types it, with top-level `changes` (typed by the schema too)."""
+    return QuantGroup.model_validate({**plain(compose([f"quant={preset}"]).quant), **changes})
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ import json
 import shutil
 
 import pytest
-from omegaconf import OmegaConf
 
 from soarlab.atomic import write_json
 from soarlab.config import compose
@@ -78,10 +77,10 @@ def test_empty_store_scores_against_the_run_itself(project):
 
 def test_config_reference_needs_every_level(project):
     root, cfg = project
-    OmegaConf.update(cfg, "score.reference.source", "config")
-    OmegaConf.update(cfg, "score.reference.durations.S1", 1.5)
+    cfg.score.reference.source = "config"
+    cfg.score.reference.durations["S1"] = 1.5
     with pytest.raises(SoarError, match="S8, Smax are not set"):
         reference.run(cfg)
-    OmegaConf.update(cfg, "score.reference.durations", {"S1": 1.5, "S8": 2.0, "Smax": 3.0})
+    cfg.score.reference.durations = {"S1": 1.5, "S8": 2.0, "Smax": 3.0}
     reference.run(cfg)
     assert json.loads((root / "reports" / "reference.json").read_text())["durations"] == {"S1": 1.5, "S8": 2.0, "Smax": 3.0}

@@ -144,7 +144,7 @@ def test_ray_launcher_runs_two_trials_at_once_on_their_own_gpus(project):
     dest, _ = project
     # The GPUs are fake: a local Ray instance is told it has 2, and Ray gives each trial one,
     # setting its CUDA_VISIBLE_DEVICES. Both trials are cached from the grid, so they are short.
-    sweep(project, "--name", "ray", *SMALL, "engine.log_level=info,warning", "hydra/launcher=ray",
+    sweep(project, "--name", "ray", *SMALL, "engine.log_level=info,warning", "hydra/launcher=ray_gpu",
           "+hydra.launcher.ray.init.num_gpus=2", "+hydra.launcher.ray.init.num_cpus=2",
           "+hydra.launcher.ray.init.include_dashboard=false")
     _, runs = children(dest, "ray")
@@ -162,7 +162,7 @@ def test_slurm_launcher_config_composes_and_renders_its_job(project, tmp_path, m
     from omegaconf import OmegaConf
 
     dest, _ = project
-    out = sweep(project, *SMALL, "hydra/launcher=submitit_slurm", "hydra.launcher.partition=gpu", "--cfg", "hydra",
+    out = sweep(project, *SMALL, "hydra/launcher=slurm_gpu", "hydra.launcher.partition=gpu", "--cfg", "hydra",
                 "--resolve")
     launcher = yaml.safe_load(out[out.index("hydra:"):])["hydra"]["launcher"]
     assert launcher["gpus_per_node"] == 1 and launcher["tasks_per_node"] == 1 and launcher["partition"] == "gpu"

@@ -10,8 +10,9 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from hydra_plugins.soarlab_optuna_sweeper.optuna_sweeper import distribution
+from conftest import ROOT
 from soarlab.config import compose
-from soarlab.sweep.app import add_overrides, launcher_defaults, split_name
+from soarlab.sweep.app import add_overrides, split_name
 from soarlab.sweep.lease import gpu_lease
 from soarlab.sweep.record import TrialResult, trial_key
 from soarlab.sweep.trial import failure_reason, pipeline_overrides
@@ -49,9 +50,33 @@ def test_sweep_arguments_keep_hydra_options_and_overrides_apart():
     assert split_name(["--name", "s1", "-m", "quant=a,b"]) == ("s1", ["-m", "quant=a,b"])
     assert add_overrides(["-m", "quant=a", "--cfg", "hydra"], ["x=1"]) == ["-m", "x=1", "quant=a", "--cfg", "hydra"]
     assert add_overrides(["--cfg", "job"], ["x=1"]) == ["--cfg", "job", "x=1"]
-    assert launcher_defaults(["hydra/launcher=submitit_slurm", "hydra.launcher.gpus_per_node=2"]) == [
-        "hydra.launcher.tasks_per_node=1"]
-    assert launcher_defaults(["hydra/launcher=ray"]) == ["++hydra.launcher.ray.remote.num_gpus=1"]
+
+
+def _launcher(*overrides: str) -> dict:
+    """hydra.launcher as Hydra composes conf/sweep_app.yaml with `overrides` (resolved: the resolver is real)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    import soarlab.sweep  # noqa: F401  (registers ${soarlab.parallel_trials:})
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = hydra_compose(config_name="sweep_app", overrides=list(overrides), return_hydra_config=True)
+    return OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+
+
+def test_launchers_give_each_trial_one_gpu_from_conf(monkeypatch):
+    """conf/hydra/launcher/*.yaml extend the installed launchers' configs; the command line still wins."""
+    from soarlab.sweep.lease import parallel_trials
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")  # named GPUs, as a cluster hands them out
+    local = _launcher()
+    assert local["_target_"].endswith("JoblibLauncher") and local["n_jobs"] == parallel_trials() == 3
+    ray = _launcher("hydra/launcher=ray_gpu", "+hydra.launcher.ray.init.address=HEAD:6379")
+    assert ray["_target_"].endswith("RayLauncher") and ray["ray"]["remote"] == {"num_gpus": 1}
+    assert ray["ray"]["init"]["address"] == "HEAD:6379"
+    slurm = _launcher("hydra/launcher=slurm_gpu", "hydra.launcher.gpus_per_node=2")
+    assert slurm["_target_"].endswith("SlurmLauncher") and (slurm["gpus_per_node"], slurm["tasks_per_node"]) == (2, 1)
 
 
 def test_failure_reason_is_the_stage_error_line():

@@ -11,7 +11,7 @@ import mlflow
 import pytest
 
 from soarlab.atomic import write_json
-from soarlab.config import compose
+from soarlab.config import compose, composed_data, hydra_config, to_yaml
 from soarlab.paths import owning_project_root
 from soarlab.tracking.durations import recorded_durations
 from soarlab.tracking.pipeline_run import log_pipeline_run
@@ -29,10 +29,11 @@ def project(tmp_path, monkeypatch):
     write_json(reports / "accuracy" / "metrics.json", {"ori_accuracy": 81.5, "note": "not a number"})
     write_json(reports / "score.json", {"final": 99.5, "C": 1.0, "invalid_levels": []})
     (reports / "bench" / "S1.jsonl").write_text('{"latency": 1}\n')
-    (tmp_path / "params.yaml").write_text("a: 1\n")
+    overrides = ["tracking.experiment=test"]
+    (tmp_path / "params.yaml").write_text(to_yaml(hydra_config(overrides, root=tmp_path)))  # as `soarlab params` writes it
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DVC_ROOT", raising=False)
-    return tmp_path, compose(["tracking.experiment=test"])
+    return tmp_path, compose(overrides)
 
 
 def test_one_run_with_params_metrics_artifacts_and_tags(project, monkeypatch):
@@ -81,8 +82,7 @@ def test_run_name_shows_the_flag_two_sweep_trials_differ_in():
     from soarlab.tracking.params import run_name, run_params
 
     def name(*overrides):
-        cfg = compose(list(overrides))
-        return run_name(cfg, run_params(cfg))
+        return run_name(compose(list(overrides)), run_params(composed_data(list(overrides))))
 
     assert name() == "gptq_w4_mixed"
     assert name("quant=none", "engine=sglang") == "none · engine=sglang"
@@ -94,14 +94,13 @@ def test_run_name_shows_the_flag_two_sweep_trials_differ_in():
 @pytest.fixture
 def track_project(tmp_path):
     """A project `soarlab stage track` runs in: conf/, a valid params.yaml and filled reports/."""
-    from omegaconf import OmegaConf
 
     shutil.copytree(ROOT / "conf", tmp_path / "conf")
     reports = tmp_path / "reports"
     write_json(reports / "bench" / "metrics.json", {"S1_duration_s": 2.0, "S8_duration_s": 3.0, "Smax_duration_s": 4.0})
     write_json(reports / "score.json", {"final": 99.5, "C": 1.0, "invalid_levels": []})
     cfg = compose([f"paths.reports={reports}", f"paths.data={tmp_path / 'data'}", "tracking.experiment=test"], root=tmp_path)
-    (tmp_path / "params.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    (tmp_path / "params.yaml").write_text(to_yaml(cfg))
     return tmp_path
 
 

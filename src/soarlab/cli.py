@@ -27,7 +27,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="soarlab", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="print the traceback of an error (or SOARLAB_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_pipeline_commands(sub)
+    _add_measure_commands(sub)
+    _add_decide_commands(sub)
+    _add_sweep_command(sub)
+    return parser
 
+
+def _add_pipeline_commands(sub) -> None:
+    """stage, params, doctor, base-image, prepare-model: the pipeline, its config and this machine."""
     p = sub.add_parser("stage", help="run one pipeline stage with params.yaml (what dvc.yaml calls)")
     p.add_argument("name", choices=STAGES)
     p.add_argument("--params", default="params.yaml", help="config file the stage reads")
@@ -38,13 +46,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", default="params.yaml")
     p.set_defaults(run=_handler("soarlab.config:write_params_cli"))
 
-    p = sub.add_parser("score", help="final score from durations and raw accuracy (RULES.md 1)")
-    p.add_argument("--durations", required=True, help="your durations in s: S1=..,S8=..,Smax=..")
-    p.add_argument("--best", required=True, help="best durations in s: S1=..,S8=..,Smax=..")
-    p.add_argument("--ori-accuracy", required=True, type=float, help="raw accuracy in percent")
-    p.add_argument("overrides", nargs="*", help="Hydra overrides for the score config, e.g. score=soar2026")
-    p.set_defaults(run=_handler("soarlab.metrics.scoring:score_cli"))
-
     p = sub.add_parser("doctor", help="what this machine can run (GPU, Docker/Podman, SGLang, versions) and what killed runs left")
     p.set_defaults(run=_handler("soarlab.doctor:doctor_cli"))
 
@@ -52,6 +53,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="make it again even if it exists")
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. package.cpu_image.suite=trixie")
     p.set_defaults(run=_handler("soarlab.container:base_image_cli"))
+
+    p = sub.add_parser("prepare-model", help="quantize a model dir (the submission's prepare_model.sh)")
+    p.add_argument("--input", required=True)
+    p.add_argument("--output", required=True)
+    p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. quant=gptq_w4_mixed")
+    p.set_defaults(run=_handler("soarlab.quant.prepare:prepare_model_cli"))
+
+
+def _add_measure_commands(sub) -> None:
+    """score, eval-score, bench, make-speed-set, check-checkpoint: one measurement, outside the pipeline."""
+    p = sub.add_parser("score", help="final score from durations and raw accuracy (RULES.md 1)")
+    p.add_argument("--durations", required=True, help="your durations in s: S1=..,S8=..,Smax=..")
+    p.add_argument("--best", required=True, help="best durations in s: S1=..,S8=..,Smax=..")
+    p.add_argument("--ori-accuracy", required=True, type=float, help="raw accuracy in percent")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides for the score config, e.g. score=soar2026")
+    p.set_defaults(run=_handler("soarlab.metrics.scoring:score_cli"))
 
     p = sub.add_parser("eval-score", help="score correctness predictions made elsewhere (RULES.md 3)")
     p.add_argument("--dataset", required=True, help="SOAR-format correctness set (JSONL)")
@@ -83,19 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. quant=gptq_w8 (its quant.exclude is checked)")
     p.set_defaults(run=_handler("soarlab.quant.check:check_checkpoint_cli"))
 
-    _add_decide_commands(sub)
+
+def _add_sweep_command(sub) -> None:
+    """sweep: Hydra's command line, handed over as it is."""
     p = sub.add_parser("sweep", help="sweep the pipeline with Hydra multirun (each trial a DVC experiment)",
                        description="Hydra's command line: e.g. soarlab sweep quant=gptq_w4,gptq_w8 "
-                                   "hydra/sweeper=optuna hydra/launcher=ray; --name NAME to name/resume it")
+                                   "hydra/sweeper=optuna hydra/launcher=ray_gpu; --name NAME to name/resume it")
     p.add_argument("hydra_args", nargs=argparse.REMAINDER, help="Hydra overrides and options")
     p.set_defaults(run=_handler("soarlab.sweep.app:sweep_cli"))
-
-    p = sub.add_parser("prepare-model", help="quantize a model dir (the submission's prepare_model.sh)")
-    p.add_argument("--input", required=True)
-    p.add_argument("--output", required=True)
-    p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. quant=gptq_w4_mixed")
-    p.set_defaults(run=_handler("soarlab.quant.prepare:prepare_model_cli"))
-    return parser
 
 
 def _add_decide_commands(sub) -> None:

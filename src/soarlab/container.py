@@ -179,6 +179,6 @@ def base_image_cli(args) -> int:
     cli = container_cli(cfg.package.container_cli)
     log = Path(cfg.paths.reports) / "logs" / "base-image.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    made = ensure_cpu_base(cli, str(spec.base), str(spec.suite), spec.apt_sources, log, force=args.force)
-    print(f"base image {spec.base}: {'made' if made else 'present'} ({cli.image_bytes(str(spec.base))} bytes, {cli.name})")
+    made = ensure_cpu_base(cli, spec.base, spec.suite, spec.apt_sources, log, force=args.force)
+    print(f"base image {spec.base}: {'made' if made else 'present'} ({cli.image_bytes(spec.base)} bytes, {cli.name})")
     return 0

@@ -7,14 +7,9 @@ must agree on. A test checks LEVELS against `bench.levels` and `score.weights` o
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 # The three speed levels, in scoring order (RULES.md 1, 2). Keys of bench.levels and score.weights.
 LEVELS = ("S1", "S8", "Smax")
-
-# About 150 KB of real English prose: the start of CPython 3.11's pydoc topics (the language reference),
-# under the PSF License. The text of generated speed sets, of calibration data and of the tiny tokenizer.
-CORPUS_PATH = Path(__file__).resolve().parent / "tiny" / "corpus.txt"
 
 # A decoder-layer tensor or module name (RULES.md 5): group 1 the layer index, group 2 the rest.
 LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)$")

@@ -129,7 +129,7 @@ def copy_local(source: Path, local_dir: Path) -> Path:
 def fetch_model(model_cfg, target: str | Path) -> Path:
     """Download/copy the model named by the `model` config section into `target`; returns it."""
     target = Path(target)
-    source = str(model_cfg.source)
+    source = model_cfg.source
     staging = target.with_name(f".{target.name}.download")
     staging.mkdir(parents=True, exist_ok=True)
     if source == "huggingface":

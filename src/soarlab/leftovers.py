@@ -12,6 +12,7 @@ from soarlab.atomic import project_temp_outputs
 from soarlab.engines.lease import PortLease, listener_pids, orphan_servers, stale_servers
 from soarlab.engines.server import port_in_use
 from soarlab.errors import SoarError
+from soarlab.schema import ExternalEngine, SoarConfig
 
 Row = tuple[str, bool, str]
 
@@ -23,18 +24,20 @@ def _cmdline(pid: int) -> str:
         return "?"
 
 
-def _project_params():
-    """The project's params.yaml around the current folder, or None outside a project."""
-    from omegaconf import OmegaConf
-
+def _project_params() -> tuple[Path | None, SoarConfig | None]:
+    """The project's params.yaml around the current folder; None outside a project or for a params.yaml
+    the schema refuses (every stage then says why, in one line)."""
+    from soarlab.config import load_params
     from soarlab.paths import project_root
 
     try:
         root = project_root()
     except SoarError:
         return None, None
-    params = root / "params.yaml"
-    return root, (OmegaConf.load(params) if params.is_file() else None)
+    try:
+        return root, load_params(root / "params.yaml")
+    except SoarError:
+        return root, None
 
 
 def server_rows() -> list[Row]:
@@ -51,7 +54,7 @@ def _pgid(pid: int) -> int:
         return pid
 
 
-def temp_output_rows(root: Path | None, cfg) -> list[Row]:
+def temp_output_rows(root: Path | None, cfg: SoarConfig | None) -> list[Row]:
     found = project_temp_outputs(root, cfg.paths) if root is not None and cfg is not None else []
     found += sorted(Path(tempfile.gettempdir()).glob("gptqmodel-logs-*"))  # left by SOAR Lab before 2026-12
     if not found:
@@ -61,10 +64,10 @@ def temp_output_rows(root: Path | None, cfg) -> list[Row]:
                                     f"Fix: rm -rf {paths} (the next stage run also removes those in the project)")]
 
 
-def port_rows(cfg) -> list[Row]:
-    if cfg is None or str(cfg.engine.get("name")) == "external" or not str(cfg.engine.get("port", "")).isdigit():
+def port_rows(cfg: SoarConfig | None) -> list[Row]:
+    if cfg is None or isinstance(cfg.engine, ExternalEngine):  # external: not ours to serve
         return []
-    port = int(cfg.engine.port)
+    port = cfg.engine.port
     if not port or not port_in_use("127.0.0.1", port):
         return [(f"port {port}", True, "engine.port is free")] if port else []
     lease = PortLease(port)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Mapping
 
 from soarlab.errors import SoarError
+from soarlab.schema import EvalGroup
 
 log = logging.getLogger(__name__)
 TASKS_DIR = Path(__file__).parent / "lm_eval_tasks"
@@ -25,39 +25,28 @@ def api_root(base_url: str) -> str:
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
-def _plain(value: Any) -> Any:
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-
-        if isinstance(value, (DictConfig, ListConfig)):
-            return OmegaConf.to_container(value, resolve=True)
-    except ImportError:  # pragma: no cover
-        pass
-    return value
-
-
-def correctness_gen_kwargs(eval_cfg: Mapping, stop: list[str]) -> dict:
+def correctness_gen_kwargs(eval_cfg: EvalGroup, stop: list[str]) -> dict:
     return {
         "until": list(stop),
-        "max_gen_toks": int(eval_cfg["max_tokens"]),
-        "temperature": float(eval_cfg["temperature"]),
+        "max_gen_toks": eval_cfg.max_tokens,
+        "temperature": eval_cfg.temperature,
         "do_sample": False,
-        "chat_template_kwargs": dict(_plain(eval_cfg["chat_template_kwargs"]) or {}),
+        "chat_template_kwargs": dict(eval_cfg.chat_template_kwargs),
     }
 
 
-def _chat_model(base_url: str, model: str, eval_cfg: Mapping):
+def _chat_model(base_url: str, model: str, eval_cfg: EvalGroup):
     from soarlab.accuracy.client import SoarChatCompletion
 
     return SoarChatCompletion(
         base_url=f"{api_root(base_url)}/v1/chat/completions",
         model=model,
-        num_concurrent=int(eval_cfg["num_concurrent"]),
-        retries=int(eval_cfg["retries"]),
-        retry_backoff_s=float(eval_cfg["retry_backoff_s"]),
-        timeout=int(eval_cfg["timeout_s"]),
-        max_gen_toks=int(eval_cfg["max_tokens"]),
-        seed=int(eval_cfg["seed"]),
+        num_concurrent=eval_cfg.num_concurrent,
+        retries=eval_cfg.retries,
+        retry_backoff_s=eval_cfg.retry_backoff_s,
+        timeout=int(eval_cfg.timeout_s),
+        max_gen_toks=eval_cfg.max_tokens,
+        seed=eval_cfg.seed,
     )
 
 
@@ -79,7 +68,7 @@ def _quiet_lm_eval() -> None:
 
 
 def run_correctness(
-    base_url: str, model: str, data_file: str | Path, model_dir: str | Path, eval_cfg: Mapping
+    base_url: str, model: str, data_file: str | Path, model_dir: str | Path, eval_cfg: EvalGroup
 ) -> tuple[list[dict], dict]:
     """Generate for every row of `data_file` through lm-eval. Returns (predictions in file order, lm-eval metrics).
 
@@ -152,7 +141,7 @@ def supports_echo_logprobs(base_url: str, model: str, timeout: float) -> tuple[b
     return True, "ok"
 
 
-def _completions_model(base_url: str, model: str, model_dir: str | Path, eval_cfg: Mapping):
+def _completions_model(base_url: str, model: str, model_dir: str | Path, eval_cfg: EvalGroup):
     """lm-eval's client of /v1/completions, for loglikelihood tasks (prompt logprobs through echo)."""
     from lm_eval.models.openai_completions import LocalCompletionsAPI
 
@@ -162,9 +151,9 @@ def _completions_model(base_url: str, model: str, model_dir: str | Path, eval_cf
         tokenizer_backend="huggingface",
         tokenizer=str(model_dir),
         trust_remote_code=True,
-        num_concurrent=int(eval_cfg["num_concurrent"]),
-        max_retries=1 + int(eval_cfg["retries"]),
-        timeout=int(eval_cfg["timeout_s"]),
+        num_concurrent=eval_cfg.num_concurrent,
+        max_retries=1 + eval_cfg.retries,
+        timeout=int(eval_cfg.timeout_s),
     )
 
 
@@ -178,14 +167,14 @@ def _task_metrics(results: dict, name: str) -> dict:
     return metrics
 
 
-def run_standard_tasks(base_url: str, model: str, model_dir: str | Path, eval_cfg: Mapping, api: str) -> dict:
+def run_standard_tasks(base_url: str, model: str, model_dir: str | Path, eval_cfg: EvalGroup, api: str) -> dict:
     """eval.tasks (names of lm-eval tasks): generation tasks via chat completions, loglikelihood via completions.
 
     Returns {task: {"status": "ok", "metrics": {...}} | {"status": "skipped", "reason": ...}}.
     """
     import lm_eval
 
-    names = list(_plain(eval_cfg.tasks))
+    names = eval_cfg.tasks
     if not names:
         return {}
     _quiet_lm_eval()
@@ -202,7 +191,7 @@ def run_standard_tasks(base_url: str, model: str, model_dir: str | Path, eval_cf
         if all(t.get_config("output_type") == "generate_until" for t in loaded["tasks"].values()):
             lm, kwargs = _chat_model(base_url, model, eval_cfg), {"apply_chat_template": True}
         else:
-            echo_ok = echo_ok or supports_echo_logprobs(base_url, model, float(eval_cfg["timeout_s"]))
+            echo_ok = echo_ok or supports_echo_logprobs(base_url, model, eval_cfg.timeout_s)
             if not echo_ok[0]:
                 reason = (
                     f"loglikelihood task needs prompt logprobs (echo) from /v1/completions, which this engine "

@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence
 
 from soarlab.datasets.correctness import ANY_OF_TASKS, COVERAGE_TASKS, KNOWN_TASKS, read_correctness_set
 from soarlab.errors import SoarError
+from soarlab.schema import Bootstrap, ScoreGroup, SoarConfig
 
 THINK_END = "</think>"
 _MCQ_PATTERNS = (  # in the order RULES.md 3 tries them
@@ -122,13 +123,14 @@ def bootstrap_ci(scores: Sequence[float], resamples: int, seed: int, confidence:
     return lo, hi
 
 
-def summarize(records: Sequence[Mapping], baseline: float, score_cfg: Mapping, bootstrap_cfg: Mapping | None = None) -> dict:
+def summarize(records: Sequence[Mapping], baseline: float, score_cfg: ScoreGroup,
+              bootstrap_cfg: Bootstrap | None = None) -> dict:
     """ori, normalized, C, per-task scores, failures, unknown tasks, and (with bootstrap_cfg) the CI and its warning."""
     from soarlab.metrics.scoring import coefficient, normalized_accuracy
 
     scores = [float(r["score"]) for r in records]
     ori = 100.0 * sum(scores) / len(scores) if scores else 0.0
-    cap, table, floor = score_cfg["accuracy_cap"], score_cfg["c_table"], score_cfg["c_floor"]
+    cap, table, floor = score_cfg.accuracy_cap, score_cfg.c_table, score_cfg.c_floor
     norm = normalized_accuracy(ori, baseline, cap)
     by_task: dict[str, list[float]] = defaultdict(list)
     for r in records:
@@ -156,13 +158,13 @@ def summarize(records: Sequence[Mapping], baseline: float, score_cfg: Mapping, b
     if summary["failed"]:
         summary["warnings"].append(f"{summary['failed']} request(s) failed after retries and were scored 0")
     if bootstrap_cfg is not None:
-        lo, hi = bootstrap_ci(scores, int(bootstrap_cfg["resamples"]), int(bootstrap_cfg["seed"]), float(bootstrap_cfg["confidence"]))
+        lo, hi = bootstrap_ci(scores, bootstrap_cfg.resamples, bootstrap_cfg.seed, bootstrap_cfg.confidence)
         c_lo = coefficient(normalized_accuracy(lo, baseline, cap), table, floor)
         c_hi = coefficient(normalized_accuracy(hi, baseline, cap), table, floor)
         summary["bootstrap"] = {
-            "confidence": float(bootstrap_cfg["confidence"]),
-            "resamples": int(bootstrap_cfg["resamples"]),
-            "seed": int(bootstrap_cfg["seed"]),
+            "confidence": bootstrap_cfg.confidence,
+            "resamples": bootstrap_cfg.resamples,
+            "seed": bootstrap_cfg.seed,
             "ori_low": round(lo, 4),
             "ori_high": round(hi, 4),
             "C_low": c_lo,
@@ -171,7 +173,7 @@ def summarize(records: Sequence[Mapping], baseline: float, score_cfg: Mapping, b
         }
         if c_lo != c_hi:
             summary["warnings"].append(
-                f"the {bootstrap_cfg['confidence']:.0%} interval of ori [{lo:.2f}, {hi:.2f}] crosses a C band boundary "
+                f"the {bootstrap_cfg.confidence:.0%} interval of ori [{lo:.2f}, {hi:.2f}] crosses a C band boundary "
                 f"(C from {c_lo} to {c_hi}): C of this run is not settled by this set"
             )
     return summary
@@ -228,10 +230,10 @@ def read_predictions(path: str | Path) -> list[dict]:
     return out
 
 
-def score_files(dataset: str | Path, predictions: str | Path, cfg) -> dict:
+def score_files(dataset: str | Path, predictions: str | Path, cfg: SoarConfig) -> dict:
     rows = read_correctness_set(dataset)
     records = score_rows(rows, read_predictions(predictions))
-    summary = summarize(records, float(cfg.model.baseline_accuracy), cfg.score)
+    summary = summarize(records, cfg.model.baseline_accuracy, cfg.score)
     return {
         "ori_accuracy": summary["ori_accuracy"],
         "normalized_accuracy": summary["normalized_accuracy"],

@@ -14,6 +14,7 @@ from pathlib import Path
 from soarlab.bench.results import SpeedSetInfo
 from soarlab.engines.server import Server, http_request, served_models
 from soarlab.errors import SoarError
+from soarlab.schema import BenchGroup
 
 
 def _get_json(url: str, timeout: float):
@@ -56,15 +57,15 @@ def server_model(base_url: str, api: str, timeout: float) -> str | None:
     return models[0] if models else None
 
 
-def prepare(dataset: str | Path, tokenizer, bench) -> tuple[list, SpeedSetInfo]:
+def prepare(dataset: str | Path, tokenizer, bench: BenchGroup) -> tuple[list, SpeedSetInfo]:
     """Read the speed set, build the requests in send order, and describe the set for the report."""
     from soarlab.bench.requests import build_requests
     from soarlab.datasets.soar import read_speed_set
 
     rows = read_speed_set(dataset)
     requests, dropped = build_requests(
-        rows, tokenizer, seed=int(bench.seed), min_tokens=int(bench.min_tokens),
-        apply_chat_template=bool(bench.apply_chat_template),
+        rows, tokenizer, seed=bench.seed, min_tokens=bench.min_tokens,
+        apply_chat_template=bench.apply_chat_template,
     )
     if not requests:
         raise SoarError(
@@ -88,10 +89,10 @@ def bench_cli(args) -> int:
     cfg = compose(args.overrides)
     bench, output_dir = cfg.bench, args.output_dir or str(Path(cfg.paths.reports) / "bench")
     base_url = args.url.rstrip("/")
-    if not _reachable(base_url, float(bench.connect_timeout_s)):
-        raise SoarError(f"no server answers at {base_url} within {bench.connect_timeout_s} s (bench.connect_timeout_s)",
+    if not _reachable(base_url, bench.connect_timeout_s):
+        raise SoarError(f"no server answers at {base_url} within {bench.connect_timeout_s:g} s (bench.connect_timeout_s)",
                         "start the server first, or fix --url")
-    probe_s = float(bench.connect_timeout_s)
+    probe_s = bench.connect_timeout_s
     api = probe_api(base_url, probe_s) if args.api == "auto" else args.api
     named = server_model(base_url, api, probe_s)
     tok_name = args.tokenizer or named
@@ -105,7 +106,7 @@ def bench_cli(args) -> int:
     server = Server(base_url, api, model=model)
     report, rows = run_level(server, requests, args.level, bench.levels[args.level], bench, tokenizer, info)
     write_level(output_dir, report, rows)
-    write_summary(output_dir, make_plot=bool(bench.plot))
+    write_summary(output_dir, make_plot=bench.plot)
     print_level(report, output_dir)
     return 0 if report.valid else 1
 

@@ -21,6 +21,7 @@ from soarlab.bench.server_metrics import Sampler
 from soarlab.bench.results import LevelReport, Method, RunReport, ServerInfo, SpeedSetInfo, Warmup
 from soarlab.engines.server import Server
 from soarlab.errors import SoarError
+from soarlab.schema import BenchGroup
 
 
 def resolve_length_control(server: Server, setting: str) -> str:
@@ -56,24 +57,19 @@ def record_row(rec: Record, level: str, repeat: int, t0: float) -> dict:
     return row
 
 
-def _level_timeout(bench) -> float | None:
-    """bench.level_timeout_s: one run of a level is abandoned after this long (null: no bound)."""
-    return float(bench.level_timeout_s) if bench.level_timeout_s else None
-
-
-async def _run_level_async(server: Server, client: ApiClient, requests, level, concurrency, bench, tokenizer, progress,
+async def _run_level_async(server: Server, client: ApiClient, requests, level, concurrency, bench: BenchGroup, tokenizer, progress,
                            on_request=None):
-    timeout = aiohttp.ClientTimeout(total=float(bench.request_timeout_s), sock_connect=float(bench.connect_timeout_s))
-    deadline = _level_timeout(bench)
+    timeout = aiohttp.ClientTimeout(total=bench.request_timeout_s, sock_connect=bench.connect_timeout_s)
+    deadline = bench.level_timeout_s
     connections = len(requests) if not concurrency else min(concurrency, len(requests))
     runs: list[tuple[LevelRun, str]] = []
     rows: list[dict] = []
     warmup, sampled = None, {}
     async with make_session(connections) as session:
         # Warm-up: the first row, output capped (bench_serving: min(output_len, 32)); never counted.
-        n_warm = int(bench.warmup_requests)
+        n_warm = bench.warmup_requests
         if n_warm > 0:
-            cap = int(bench.warmup_max_tokens)
+            cap = bench.warmup_max_tokens
             first = requests[0]
             warm = await client.run(session, [first] * n_warm, None, timeout=timeout,
                                     output_len=lambda r: min(r.output_len, cap), deadline_s=deadline)
@@ -92,13 +88,13 @@ async def _run_level_async(server: Server, client: ApiClient, requests, level, c
     return runs, rows, warmup, sampled
 
 
-async def _timed_runs(server, client, session, requests, level, concurrency, bench, progress, timeout, deadline, runs,
-                      on_request=None) -> None:
+async def _timed_runs(server, client, session, requests, level, concurrency, bench: BenchGroup, progress, timeout,
+                      deadline, runs, on_request=None) -> None:
     """bench.repeats timed runs of the level, each after a cache flush and a pause; appended to `runs`.
     `on_request(level, repeat, total, record)` is called as each request ends (what it raises stops the level)."""
-    for repeat in range(int(bench.repeats)):
-        flush = await _flush(server, float(bench.flush_timeout_s)) if bench.flush_cache else "off (bench.flush_cache)"
-        await asyncio.sleep(float(bench.pause_after_flush_s))
+    for repeat in range(bench.repeats):
+        flush = await _flush(server, bench.flush_timeout_s) if bench.flush_cache else "off (bench.flush_cache)"
+        await asyncio.sleep(bench.pause_after_flush_s)
         bar = None
         if progress:
             from tqdm import tqdm
@@ -116,29 +112,14 @@ async def _timed_runs(server, client, session, requests, level, concurrency, ben
         runs.append((run, flush))
 
 
-def run_level(
-    server: Server,
-    requests: Sequence[BenchRequest],
-    level: str,
-    concurrency: int | None,
-    bench,
-    tokenizer=None,
-    dataset: SpeedSetInfo | None = None,
-    on_request=None,
-) -> tuple[LevelReport, list[dict]]:
-    """Run one level (bench.repeats times). Returns (the level report, the per-request rows).
-    `on_request`: see _timed_runs (a pruning sweep's checkpoints)."""
-    if not requests:
-        raise SoarError("no requests to send (the dataset is empty after dropping short rows)", "use a speed set with longer rows")
-    length_control = resolve_length_control(server, str(bench.length_control))
-    client = client_for(server.api, server.base_url, model=server.model, length_control=length_control,
-                        temperature=float(bench.temperature))
-    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    t_wall = time.perf_counter()
-    runs, rows, warmup, sampled = asyncio.run(
-        _run_level_async(server, client, list(requests), level, concurrency, bench, tokenizer, bool(bench.progress),
-                         on_request)
-    )
+GENERATION_CONFIG_NOTE = (
+    "output length enforced with the request field generation_config "
+    "{min_new_tokens: n, max_new_tokens: n} (this engine lacks ignore_eos), not sampling_params.ignore_eos"
+)
+
+
+def _judge_runs(runs: list, warmup: Warmup | None) -> tuple[list[RunReport], list[str]]:
+    """Each timed run's report, and why the level is invalid (nothing: valid)."""
     per_run: list[RunReport] = []
     reasons: list[str] = []
     for i, (run, flush) in enumerate(runs):
@@ -147,16 +128,38 @@ def run_level(
         per_run.append(RunReport(i, run.duration, not why, flush, Diagnostics.measure(run.records, run.duration)))
     if warmup is not None and not warmup.ok:
         reasons.insert(0, f"warm-up request failed, level not run: {warmup.error}")
+    return per_run, reasons
+
+
+def run_level(
+    server: Server,
+    requests: Sequence[BenchRequest],
+    level: str,
+    concurrency: int | None,
+    bench: BenchGroup,
+    tokenizer=None,
+    dataset: SpeedSetInfo | None = None,
+    on_request=None,
+) -> tuple[LevelReport, list[dict]]:
+    """Run one level (bench.repeats times). Returns (the level report, the per-request rows).
+    `on_request`: see _timed_runs (a pruning sweep's checkpoints)."""
+    if not requests:
+        raise SoarError("no requests to send (the dataset is empty after dropping short rows)", "use a speed set with longer rows")
+    length_control = resolve_length_control(server, bench.length_control)
+    client = client_for(server.api, server.base_url, model=server.model, length_control=length_control,
+                        temperature=bench.temperature)
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    t_wall = time.perf_counter()
+    runs, rows, warmup, sampled = asyncio.run(
+        _run_level_async(server, client, list(requests), level, concurrency, bench, tokenizer, bench.progress,
+                         on_request)
+    )
+    per_run, reasons = _judge_runs(runs, warmup)
     durations = [r.duration_s for r in per_run]
     spread = Spread.of(durations)
     valid = bool(per_run) and not reasons
     median_run = sorted(per_run, key=lambda r: r.duration_s)[(len(per_run) - 1) // 2] if per_run else None
-    notes = []
-    if length_control == "generation_config":
-        notes.append(
-            "output length enforced with the request field generation_config "
-            "{min_new_tokens: n, max_new_tokens: n} (this engine lacks ignore_eos), not sampling_params.ignore_eos"
-        )
+    notes = [GENERATION_CONFIG_NOTE] if length_control == "generation_config" else []
     report = LevelReport(
         level=level,
         max_concurrency=concurrency,
@@ -167,17 +170,17 @@ def run_level(
         durations_s=durations,
         spread_s=spread.spread_s,
         spread_pct=spread.spread_pct,
-        repeats=int(bench.repeats),
+        repeats=bench.repeats,
         requests=len(requests),
         diagnostics=median_run.diagnostics if median_run else None,
         runs=per_run,
         warmup=warmup,
         server=ServerInfo(server.base_url, server.api, server.model),
         method=Method(
-            endpoint=client.path, stream=True, temperature=float(bench.temperature), length_control=length_control,
-            seed=int(bench.seed), apply_chat_template=bool(bench.apply_chat_template), min_tokens=int(bench.min_tokens),
-            flush_cache=bool(bench.flush_cache), pause_after_flush_s=float(bench.pause_after_flush_s),
-            request_timeout_s=float(bench.request_timeout_s), level_timeout_s=_level_timeout(bench),
+            endpoint=client.path, stream=True, temperature=bench.temperature, length_control=length_control,
+            seed=bench.seed, apply_chat_template=bench.apply_chat_template, min_tokens=bench.min_tokens,
+            flush_cache=bench.flush_cache, pause_after_flush_s=bench.pause_after_flush_s,
+            request_timeout_s=bench.request_timeout_s, level_timeout_s=bench.level_timeout_s,
         ),
         dataset=dataset,
         notes=notes,

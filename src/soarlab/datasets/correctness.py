@@ -16,12 +16,13 @@ from __future__ import annotations
 import hashlib
 import shutil
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from soarlab.atomic import atomic_path
 from soarlab.datasets.embedded import CORRECTNESS as EMBEDDED
 from soarlab.datasets.soar import file_sha256, read_jsonl
 from soarlab.errors import SoarError
+from soarlab.schema import CorrectnessSource
 
 RAW_URL = "https://raw.githubusercontent.com/{repo}/{commit}/{file}"
 # The task types whose gold the official scorer reads in a known way (soarlab.accuracy.scoring scores them).
@@ -82,37 +83,37 @@ def git_blob_sha1(path: str | Path) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def _pinned_hashes(dataset_cfg: Mapping) -> dict:
+def _pinned_hashes(dataset_cfg: CorrectnessSource) -> dict:
     """{name: (function, expected)} for every hash the config pins; at least one, and a commit."""
-    if not dataset_cfg["commit"]:
-        raise SoarError(f"eval.dataset.commit is not set: no commit of {dataset_cfg['repo']} is pinned",
+    if not dataset_cfg.commit:
+        raise SoarError(f"eval.dataset.commit is not set: no commit of {dataset_cfg.repo} is pinned",
                         "set eval.dataset.commit to the 40-hex commit whose file you evaluate on (conf/eval/soar.yaml)")
-    pinned = {name: (digest, dataset_cfg[key]) for name, key, digest in (
-        ("git blob sha1", "git_blob_sha1", git_blob_sha1), ("sha256", "sha256", file_sha256)) if dataset_cfg[key]}
+    pinned = {name: (digest, expected) for name, expected, digest in (
+        ("git blob sha1", dataset_cfg.git_blob_sha1, git_blob_sha1), ("sha256", dataset_cfg.sha256, file_sha256)) if expected}
     if not pinned:
         raise SoarError("eval.dataset pins neither git_blob_sha1 nor sha256: the download cannot be verified",
                         "set eval.dataset.git_blob_sha1 (`git hash-object FILE`) or eval.dataset.sha256 (`sha256sum FILE`)")
     return pinned
 
 
-def fetch_correctness_set(dataset_cfg: Mapping, dest: str | Path) -> Path:
+def fetch_correctness_set(dataset_cfg: CorrectnessSource, dest: str | Path) -> Path:
     """Write the configured correctness set to `dest` (validated, atomically) and return `dest`."""
     dest = Path(dest)
-    source = dataset_cfg["source"]
+    source = dataset_cfg.source
     with atomic_path(dest) as tmp:
         if source == "embedded":
             read_correctness_set(EMBEDDED)
             shutil.copyfile(EMBEDDED, tmp)
         elif source == "file":
-            src = Path(dataset_cfg["path"] or "")
-            if not dataset_cfg["path"] or not src.is_file():
+            src = Path(dataset_cfg.path or "")
+            if not dataset_cfg.path or not src.is_file():
                 raise SoarError(f"correctness set {src} not found", "set eval.dataset.path to an existing SOAR-format JSONL file")
             read_correctness_set(src)  # a bad row fails here, naming its line
             shutil.copyfile(src, tmp)
-        elif source == "github":
-            url = RAW_URL.format(repo=dataset_cfg["repo"], commit=dataset_cfg["commit"], file=dataset_cfg["file"])
+        else:  # github (soarlab.schema allows no other source)
+            url = RAW_URL.format(repo=dataset_cfg.repo, commit=dataset_cfg.commit, file=dataset_cfg.file)
             pinned = _pinned_hashes(dataset_cfg)
-            _download(url, tmp, float(dataset_cfg["download_timeout_s"]))
+            _download(url, tmp, dataset_cfg.download_timeout_s)
             for name, (digest, expected) in pinned.items():
                 got = digest(tmp)
                 if got != expected:
@@ -121,6 +122,4 @@ def fetch_correctness_set(dataset_cfg: Mapping, dest: str | Path) -> Path:
                         "check that eval.dataset.commit and its hashes belong together; never score against an unverified set",
                     )
             read_correctness_set(tmp)
-        else:
-            raise SoarError(f"unknown eval.dataset.source {source!r}", "use embedded, github or file")
     return dest

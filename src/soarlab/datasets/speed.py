@@ -15,20 +15,18 @@ from __future__ import annotations
 
 import random
 
-from soarlab.domain import CORPUS_PATH
+from soarlab.corpus import CORPUS_PATH
 from soarlab.errors import SoarError
+from soarlab.schema import Profile
 
 _MAX_FIX_STEPS = 12
 
 
-def named_profile(profiles, name: str) -> dict:
-    """`bench.profiles[name]` as a plain dict (the composed config is the file of record)."""
-    from omegaconf import OmegaConf
-
+def named_profile(profiles: dict[str, Profile], name: str) -> dict:
+    """`bench.profiles[name]` as plain data, what make_speed_set reads (the composed config is the file of record)."""
     if name not in profiles:
         raise SoarError(f"unknown speed-set profile {name!r}", f"use one of {', '.join(profiles)}")
-    profile = profiles[name]
-    return OmegaConf.to_container(profile, resolve=True) if OmegaConf.is_config(profile) else dict(profile)
+    return profiles[name].model_dump()
 
 
 def check_profile(profile: dict) -> dict:

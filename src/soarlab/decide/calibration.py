@@ -32,6 +32,7 @@ from typing import Sequence
 from scipy import stats
 
 from soarlab.decide.noise import NoiseRecord, machine_records, side
+from soarlab.schema import ScoreGroup, SoarConfig
 from soarlab.tracking.tags import MACHINE_TAG
 from soarlab.decide.runs import RunRecord
 from soarlab.bench.metrics import level_key
@@ -91,10 +92,10 @@ def _ori_half(run: RunRecord) -> float:
     return (interval[1] - interval[0]) / 2 if interval else 0.0
 
 
-def fit(runs: Sequence[RunRecord], cfg, use_submissions: bool = True) -> Calibration:
+def fit(runs: Sequence[RunRecord], cfg: SoarConfig, use_submissions: bool = True) -> Calibration:
     """The calibration from the submitted runs among `runs` (the identity without them, or when told not to)."""
-    conf = float(cfg.decide.confidence)
-    noise = {record.machine: record for record in machine_records(runs, list(cfg.decide.incidental_params))}
+    conf = cfg.decide.confidence
+    noise = {record.machine: record for record in machine_records(runs, cfg.decide.incidental_params)}
     submitted = [r for r in runs if r.submitted and r.valid] if use_submissions else []
     if not submitted:
         groups = {r.group for r in runs}
@@ -118,7 +119,7 @@ def fit(runs: Sequence[RunRecord], cfg, use_submissions: bool = True) -> Calibra
     recorded = {L: configured[L] or min(r.official(level_key(L, "duration_s")) for r in submitted) for L in LEVELS}
     calibration = Calibration(levels, statistics.fmean(offsets), half, len(submitted), conf,
                               {g: recorded for g in {r.group for r in runs}}, noise)
-    calibration.warnings = level_warnings(submitted, levels, float(cfg.decide.calibration.level_ratio_tolerance))
+    calibration.warnings = level_warnings(submitted, levels, cfg.decide.calibration.level_ratio_tolerance)
     return calibration
 
 
@@ -160,7 +161,7 @@ class Prediction:
         return self.C[1] == self.C[2]
 
 
-def predict(calibration: Calibration, run: RunRecord, score_cfg) -> Prediction | None:
+def predict(calibration: Calibration, run: RunRecord, score_cfg: ScoreGroup) -> Prediction | None:
     """Predicted official figures of `run` with intervals; None when a level is invalid or ori is missing."""
     best = calibration.best.get(run.group)
     if not run.valid or run.ori is None or best is None:
@@ -189,7 +190,7 @@ def predict(calibration: Calibration, run: RunRecord, score_cfg) -> Prediction |
     )
 
 
-def by_predicted_final(calibration: Calibration, score_cfg):
+def by_predicted_final(calibration: Calibration, score_cfg: ScoreGroup):
     """run -> its predicted final (None without one): what `best` means."""
     def final(run: RunRecord) -> float | None:
         prediction = predict(calibration, run, score_cfg)
@@ -198,7 +199,7 @@ def by_predicted_final(calibration: Calibration, score_cfg):
     return final
 
 
-def log_predictions(cfg, run_ids: Sequence[str] | None = None) -> None:
+def log_predictions(cfg: SoarConfig, run_ids: Sequence[str] | None = None) -> None:
     """Store each run's predicted official figures as `predicted.*` metrics (step = submissions used).
     Without a submission there is nothing to predict beyond the local score, so nothing is logged."""
     from mlflow.entities import Metric

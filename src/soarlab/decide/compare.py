@@ -27,6 +27,7 @@ from typing import Sequence
 from soarlab.decide.noise import NoiseRecord, log_interval, side
 from soarlab.decide.runs import RunRecord
 from soarlab.domain import LEVELS
+from soarlab.schema import SoarConfig
 
 EXIT_BETTER, EXIT_SAME, EXIT_WORSE, EXIT_MIXED = 0, 1, 3, 4
 
@@ -61,10 +62,10 @@ def level_difference(a: Sequence[RunRecord], b: Sequence[RunRecord], level: str,
     return LevelDiff(level, *found, low, high, (sa.runs, sb.runs), (sa.source, sb.source), verdict)
 
 
-def compare(a_runs: Sequence[RunRecord], b_runs: Sequence[RunRecord], cfg, record: NoiseRecord | None) -> dict:
+def compare(a_runs: Sequence[RunRecord], b_runs: Sequence[RunRecord], cfg: SoarConfig, record: NoiseRecord | None) -> dict:
     """The verdict on B against A; the first run of each side is the one whose accuracy counts."""
-    score_cfg, confidence = cfg.score, float(cfg.decide.confidence)
-    negligible = float(cfg.decide.compare.negligible_pct)
+    score_cfg, confidence = cfg.score, cfg.decide.confidence
+    negligible = cfg.decide.compare.negligible_pct
     levels = [level_difference(a_runs, b_runs, level, confidence, negligible, record) for level in LEVELS]
     a, b = a_runs[0], b_runs[0]
     bands = {"A": a.c_band(score_cfg), "B": b.c_band(score_cfg)}
@@ -119,7 +120,7 @@ def compare_cli(args) -> int:
     a, b = resolve(args.a, runs, rank), resolve(args.b, runs, rank)
     if a.run_id == b.run_id:
         print(f"soarlab: note: {args.a} and {args.b} are the same run {a.run_id[:8]}", file=sys.stderr)
-    incidental = list(cfg.decide.incidental_params)
+    incidental = cfg.decide.incidental_params
     if args.rerun is not None:
         if args.rerun < 2:
             raise SoarError(f"--rerun {args.rerun} gives no spread between runs", "give --rerun 2 or more (3 is a good start)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 
 from soarlab.decide.calibration import Calibration, Prediction, by_predicted_final, fit, predict
+from soarlab.schema import ScoreGroup
 from soarlab.tracking.tags import MACHINE_TAG
 from soarlab.decide.runs import RunRecord
 from soarlab.errors import SoarError
@@ -23,7 +24,7 @@ from soarlab.metrics.scoring import final_score
 EXIT_PASS, EXIT_FAIL = 0, 1
 
 
-def official_reference(run: RunRecord, calibration: Calibration, score_cfg) -> tuple[float, float]:
+def official_reference(run: RunRecord, calibration: Calibration, score_cfg: ScoreGroup) -> tuple[float, float]:
     """(final, C) the platform gave a submitted run."""
     durations = {L: run.official(level_key(L, "duration_s")) for L in LEVELS}
     best = calibration.best[run.group]
@@ -54,8 +55,8 @@ def gate_cli(args) -> int:
     from soarlab.decide.runs import decide_config, load_runs, resolve
 
     cfg = decide_config(args)
-    against = args.against or str(cfg.decide.gate.against)
-    min_gain = float(cfg.decide.gate.min_gain if args.min_gain is None else args.min_gain)
+    against = args.against or cfg.decide.gate.against
+    min_gain = cfg.decide.gate.min_gain if args.min_gain is None else args.min_gain
     _, _, runs = load_runs(cfg)
     calibration = fit(runs, cfg)
     for warning in calibration.warnings:

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from soarlab.decide.calibration import Calibration, fit, predict
+from soarlab.schema import SoarConfig
 from soarlab.tracking.params import config_delta
 from soarlab.decide.runs import KIND_TAG, RunRecord
 from soarlab.domain import LEVELS
@@ -45,7 +46,7 @@ def _row(run: RunRecord, local, official) -> dict:
     return row
 
 
-def rows(runs: list[RunRecord], calibration: Calibration, cfg) -> list[dict]:
+def rows(runs: list[RunRecord], calibration: Calibration, cfg: SoarConfig) -> list[dict]:
     """One dict per run, best first: local figures, predictions, config difference from the best."""
     local = fit(runs, cfg, use_submissions=False)
     calibrated = calibration.submissions > 0
@@ -96,7 +97,7 @@ def render(table: list[dict], fmt: str) -> str:
     return tabulate(shown, headers="keys", tablefmt="github" if fmt == "markdown" else "simple")
 
 
-def pareto_plot(table: list[dict], runs: list[RunRecord], cfg, noise, target: Path) -> tuple[list, list] | None:
+def pareto_plot(table: list[dict], runs: list[RunRecord], cfg: SoarConfig, noise, target: Path) -> tuple[list, list] | None:
     """The Pareto plot (soarlab.decide.pareto) written to `target`: (its points, its label boxes), or
     None without a run to plot."""
     from soarlab.decide.pareto import draw, points

@@ -21,6 +21,7 @@ from typing import Sequence
 from scipy import stats
 
 from soarlab.decide.noise import NoiseRecord, config_digest, side
+from soarlab.schema import ScoreGroup, SoarConfig
 from soarlab.tracking.tags import MACHINE_TAG
 from soarlab.decide.runs import RunRecord
 from soarlab.domain import LEVELS
@@ -41,7 +42,7 @@ class Point:
     on_front: bool = False
 
 
-def _performance_sd(run: RunRecord, row: dict, cfg, noise: dict[str, NoiseRecord]) -> float:
+def _performance_sd(run: RunRecord, row: dict, cfg: SoarConfig, noise: dict[str, NoiseRecord]) -> float:
     """Standard deviation of one run's performance: a level's speed score moves as 1/duration, so its
     relative error is the level's log-duration noise."""
     record = noise.get(run.tags.get(MACHINE_TAG, ""))
@@ -49,20 +50,20 @@ def _performance_sd(run: RunRecord, row: dict, cfg, noise: dict[str, NoiseRecord
     for level in LEVELS:
         found = side([run], level, record)
         sd = math.sqrt(found.var) if found else 0.0
-        terms.append(float(cfg.score.weights[level]) * (row[f"{level}_speed"] or 0.0) * sd)
+        terms.append(cfg.score.weights[level] * (row[f"{level}_speed"] or 0.0) * sd)
     return math.hypot(*terms)
 
 
-def points(table: list[dict], runs: Sequence[RunRecord], cfg, noise: dict[str, NoiseRecord]) -> list[Point]:
+def points(table: list[dict], runs: Sequence[RunRecord], cfg: SoarConfig, noise: dict[str, NoiseRecord]) -> list[Point]:
     """One point per configuration with both figures, its runs merged; the front marked."""
     by_id = {r.run_id: r for r in runs}
-    incidental = list(cfg.decide.incidental_params)
+    incidental = cfg.decide.incidental_params
     groups: dict[tuple, list[tuple[dict, RunRecord]]] = defaultdict(list)
     for row in table:
         run = by_id[row["run_id"]]
         if row["performance"] is not None and row["ori"] is not None:
             groups[(*run.group, config_digest(run.params, incidental))].append((row, run))
-    z = float(stats.norm.ppf((1 + float(cfg.decide.confidence)) / 2))
+    z = float(stats.norm.ppf((1 + cfg.decide.confidence) / 2))
     found = []
     for members in groups.values():
         rows = [row for row, _ in members]
@@ -84,12 +85,12 @@ def points(table: list[dict], runs: Sequence[RunRecord], cfg, noise: dict[str, N
     return found
 
 
-def _band_spans(score_cfg, baseline: float, left: float, right: float) -> list[tuple[float, float, float]]:
+def _band_spans(score_cfg: ScoreGroup, baseline: float, left: float, right: float) -> list[tuple[float, float, float]]:
     """(low, high, C) in raw accuracy from `left` to `right`: c_floor below every band of score.c_table
     (at `baseline`), then each band."""
-    bands = sorted(score_cfg.c_table, key=lambda b: b["above"])
-    edges = [min(left, bands[0]["above"] * baseline / 100)] + [b["above"] * baseline / 100 for b in bands] + [right]
-    values = [float(score_cfg.c_floor)] + [float(b["C"]) for b in bands]
+    bands = sorted(score_cfg.c_table, key=lambda b: b.above)
+    edges = [min(left, bands[0].above * baseline / 100)] + [b.above * baseline / 100 for b in bands] + [right]
+    values = [score_cfg.c_floor] + [b.C for b in bands]
     return [(edges[i], edges[i + 1], c) for i, c in enumerate(values)]
 
 
@@ -108,7 +109,7 @@ def _separate(texts, renderer) -> None:
         placed.append(box)
 
 
-def draw(found: list[Point], target: Path, score_cfg, baseline: float) -> list[tuple[float, float, float, float]]:
+def draw(found: list[Point], target: Path, score_cfg: ScoreGroup, baseline: float) -> list[tuple[float, float, float, float]]:
     """Write the plot to `target` (atomically); return the labels' boxes in pixels (x0, y0, x1, y1)."""
     import matplotlib
 

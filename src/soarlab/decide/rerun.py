@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from soarlab.schema import SoarConfig
 from soarlab.tracking.params import overrides_of
 from soarlab.decide.runs import RunRecord, load_runs
 from soarlab.errors import SoarError
@@ -30,7 +31,7 @@ def rerun_overrides(run: RunRecord, token: str) -> list[str]:
     return [o for o in overrides_of(run.params, [RERUN_KEY]) if not o.startswith(RERUN_KEY + "=")] + [f"{RERUN_KEY}={token}"]
 
 
-def rerun_pair(cfg, a: RunRecord, b: RunRecord, n: int) -> tuple[list[RunRecord], list[RunRecord]]:
+def rerun_pair(cfg: SoarConfig, a: RunRecord, b: RunRecord, n: int) -> tuple[list[RunRecord], list[RunRecord]]:
     """Run A and B `n` times each, A B A B ...; return their MLflow runs (A's, B's)."""
     from soarlab.sweep.trial import failure_reason, run_experiment
 
@@ -46,7 +47,7 @@ def rerun_pair(cfg, a: RunRecord, b: RunRecord, n: int) -> tuple[list[RunRecord]
                 name = f"{ident}-{label}{i}"
                 print(f"rerun {i}/{n} of {label} ({run.name}): dvc exp run {name}", file=sys.stderr, flush=True)
                 code = run_experiment(root, name, rerun_overrides(run, f"{ident}-{label}{i}"), env,
-                                      float(cfg.decide.compare.rerun_timeout_s), log, lambda: None, pull=False)
+                                      cfg.decide.compare.rerun_timeout_s, log, lambda: None, pull=False)
                 if code != 0:
                     why = "timed out (decide.compare.rerun_timeout_s)" if code is None else \
                         failure_reason(Path(log_path).read_text(errors="replace"), code)

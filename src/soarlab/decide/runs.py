@@ -14,6 +14,7 @@ from soarlab.errors import SoarError
 from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
 from soarlab.metrics.scoring import coefficient, normalized_accuracy
+from soarlab.schema import ScoreGroup, SoarConfig
 
 SUBMITTED_TAG = "soarlab.submitted"
 SUBMITTED_AT_TAG = "soarlab.submission.recorded_at"
@@ -67,7 +68,7 @@ class RunRecord:
     def official(self, key: str) -> float | None:
         return self.metrics.get(OFFICIAL + key)
 
-    def c_band(self, score_cfg) -> tuple[float, float] | None:
+    def c_band(self, score_cfg: ScoreGroup) -> tuple[float, float] | None:
         """C at the low and high end of the run's ori interval (equal: C is settled)."""
         if self.ori_interval is None:
             return None
@@ -93,7 +94,7 @@ def decide_config(args):
     return cfg
 
 
-def load_runs(cfg, model: str | None = None, speed_set: str | None = None, sweep: str | None = None,
+def load_runs(cfg: SoarConfig, model: str | None = None, speed_set: str | None = None, sweep: str | None = None,
               with_repeats: bool = True) -> tuple[object, str, list[RunRecord]]:
     """(client, experiment id, pipeline runs with bench figures), newest first, filtered as asked."""
     from soarlab.tracking.store import open_store

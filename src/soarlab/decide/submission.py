@@ -15,11 +15,12 @@ from soarlab.decide.runs import OFFICIAL, SUBMITTED_AT_TAG, SUBMITTED_TAG
 from soarlab.errors import SoarError
 from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
+from soarlab.schema import ScoreGroup
 
 _FIX = "copy the platform's figures: --S1 596 --S8 1066 --Smax 2746 (Benchmark duration, seconds) --accuracy 81.2 (raw ori, percent)"
 
 
-def check_figures(durations: dict[str, float | None], accuracy: float | None, final: float | None, score_cfg) -> None:
+def check_figures(durations: dict[str, float | None], accuracy: float | None, final: float | None, score_cfg: ScoreGroup) -> None:
     """SoarError for a figure that is missing or makes no sense."""
     missing = [f"--{L}" for L in LEVELS if durations.get(L) is None] + (["--accuracy"] if accuracy is None else [])
     if missing:
@@ -29,7 +30,7 @@ def check_figures(durations: dict[str, float | None], accuracy: float | None, fi
             raise SoarError(f"--{level} {value} is not a duration: it must be a positive number of seconds", _FIX)
     if not math.isfinite(accuracy) or not 0 <= accuracy <= 100:
         raise SoarError(f"--accuracy {accuracy} is not a raw accuracy in percent (0-100)", _FIX)
-    top = float(score_cfg.speed_scale) * sum(score_cfg.weights[L] for L in LEVELS)
+    top = score_cfg.speed_scale * sum(score_cfg.weights[L] for L in LEVELS)
     if final is not None and (not math.isfinite(final) or not 0 <= final <= top):
         raise SoarError(f"--final {final} is outside 0..{top:g}, the range of a final score (RULES.md 1)", "give the final the platform showed, or leave --final out")
 

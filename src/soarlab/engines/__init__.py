@@ -5,12 +5,13 @@
     with open_engine(cfg, model_dir, log_path) as server:   # cfg: the full composed config
         ...  # server.base_url, server.api ("sglang" | "openai"), server.model, server.supports_ignore_eos
 
-`cfg.engine.name` picks the engine: `transformers` (CPU, `transformers serve`), `sglang`
-(GPU: `python -m sglang.launch_server`), `external` (a server someone else started; nothing is
-started or stopped). `engine.launcher=container` runs transformers or sglang inside the serving
-image instead, on the original model (paths.base_model), as the platform does. A started server runs in its own
-process group with its output in `log_path`, and is always stopped when the block exits
-(also on errors, Ctrl-C and SIGTERM); it dies with this process even on SIGKILL (process.py).
+The type of `cfg.engine` (soarlab.schema's engine union, tagged by `engine.name`) picks the
+engine: `transformers` (CPU, `transformers serve`), `sglang` (GPU: `python -m sglang.launch_server`),
+`external` (a server someone else started; nothing is started or stopped). `engine.launcher=container`
+runs transformers or sglang inside the serving image instead, on the original model
+(paths.base_model), as the platform does. A started server runs in its own process group with its
+output in `log_path`, and is always stopped when the block exits (also on errors, Ctrl-C and
+SIGTERM); it dies with this process even on SIGKILL (process.py).
 Its port is leased (lease.py): a taken `engine.port` gives a free one, said on stderr.
 """
 
@@ -22,37 +23,36 @@ from pathlib import Path
 from typing import Iterator
 
 from soarlab.engines.server import Server
-from soarlab.errors import SoarError
+from soarlab.schema import ExternalEngine, SGLangEngine, SoarConfig
 
-ENGINES = ("transformers", "sglang", "external")
-LAUNCHERS = ("local", "container")
-
-__all__ = ["ENGINES", "Server", "open_engine"]
+__all__ = ["Server", "open_engine"]
 
 
 @contextlib.contextmanager
-def open_engine(cfg, model_dir: str | Path, log_path: str | Path) -> Iterator[Server]:
-    """Start the engine named by `cfg.engine.name` on `model_dir`; yield a ready `Server`; stop it."""
-    name = cfg.engine.name
+def open_engine(cfg: SoarConfig, model_dir: str | Path, log_path: str | Path) -> Iterator[Server]:
+    """Start the engine `cfg.engine` configures on `model_dir`; yield a ready `Server`; stop it."""
+    engine = cfg.engine
     t0 = time.monotonic()
-    if cfg.engine.get("launcher") == "container":  # external has no launcher
-        from soarlab.engines.container import open_container
+    if isinstance(engine, ExternalEngine):  # started elsewhere: its start is not ours to time
+        from soarlab.engines.external import open_external
 
-        with open_container(cfg, Path(log_path)) as server:
-            _say_ready(f"{name} (container)", t0, server)
+        with open_external(engine) as server:
             yield server
         return
-    if name == "transformers":
-        from soarlab.engines.transformers_engine import open_transformers as opener
-    elif name == "sglang":
-        from soarlab.engines.sglang import open_sglang as opener
-    elif name == "external":
-        from soarlab.engines.external import open_external as opener
+    if engine.launcher == "container":  # the serving image runs the original model (paths.base_model)
+        from soarlab.engines.container import open_container
+
+        opened = open_container(cfg, Path(log_path))
+    elif isinstance(engine, SGLangEngine):
+        from soarlab.engines.sglang import open_sglang
+
+        opened = open_sglang(cfg, Path(model_dir), Path(log_path))
     else:
-        raise SoarError(f"unknown engine.name {name!r}", f"use one of {', '.join(ENGINES)} (engine=transformers, ...)")
-    with opener(cfg, Path(model_dir), Path(log_path)) as server:
-        if name != "external":  # started elsewhere: its start is not ours to time
-            _say_ready(name, t0, server)
+        from soarlab.engines.transformers_engine import open_transformers
+
+        opened = open_transformers(cfg, Path(model_dir), Path(log_path))
+    with opened as server:
+        _say_ready(engine.name + (" (container)" if engine.launcher == "container" else ""), t0, server)
         yield server
 
 

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Iterator
 
 from soarlab.container import ContainerCLI, container_cli
-from soarlab.engines.common import endpoint
+from soarlab.engines.common import base_url
 from soarlab.engines.process import managed_server, port_lease
 from soarlab.engines.server import Server
 from soarlab.engines.sglang import jit_container_args, served_model_name
 from soarlab.errors import SoarError
+from soarlab.schema import SoarConfig, TransformersEngine
 
 
 def _addr(hex_addr: str) -> tuple[str, int]:
@@ -69,9 +70,9 @@ def container_name(engine: str, port: int) -> str:
     return f"soarlab-{engine}-{port}"
 
 
-def serve_flags(cfg) -> list[str]:
+def serve_flags(cfg: SoarConfig) -> list[str]:
     """Extra server flags after the entrypoint's engine word. SGLang's come from prepare_env.sh."""
-    if str(cfg.engine.name) == "transformers":
+    if isinstance(cfg.engine, TransformersEngine):
         from soarlab.engines.transformers_engine import serve_flags as transformers_flags
 
         return transformers_flags(cfg)
@@ -79,7 +80,7 @@ def serve_flags(cfg) -> list[str]:
 
 
 @contextlib.contextmanager
-def open_container(cfg, log_path: Path) -> Iterator[Server]:
+def open_container(cfg: SoarConfig, log_path: Path) -> Iterator[Server]:
     from soarlab.package.image import image_spec
 
     spec = image_spec(cfg)
@@ -93,32 +94,32 @@ def open_container(cfg, log_path: Path) -> Iterator[Server]:
     if not cli.image_exists(spec.tag):
         raise SoarError(f"serving image {spec.tag} is not built",
                         "run the package stage with this engine (dvc repro package, engine.launcher=container)")
-    ep = endpoint(cfg)
+    ep = cfg.engine
     with port_lease(ep.host, ep.port) as lease:
         name = container_name(spec.engine, lease.port)
         if cli.containers(name):  # left by a killed run on this port: ours by name
             cli.run(["rm", "-f", name], timeout=120)
-        gpu = ["--gpus", str(cfg.engine.container_gpus), "--shm-size", str(cfg.engine.container_shm_size),
+        gpu = ["--gpus", cfg.engine.container_gpus, "--shm-size", cfg.engine.container_shm_size,
                *jit_container_args(cfg)] if spec.gpu else []
         argv = cli.argv(
             "run", "--rm", "--init", "--name", name, "--network", "host",
             "-v", f"{base}:{cfg.package.platform_model_dir}:ro",
             "-e", f"SOARLAB_HOST={ep.host}", "-e", f"SOARLAB_PORT={lease.port}", "-e", f"SOARLAB_MODEL_GROUP={cfg.model.name}",
-            *gpu, *[str(a) for a in cfg.engine.container_args], spec.tag, spec.engine, *serve_flags(cfg),
+            *gpu, *cfg.engine.container_args, spec.tag, spec.engine, *serve_flags(cfg),
         )
 
         def stop() -> None:
             cli.run(["stop", "-t", str(int(ep.stop_grace_s)), name], timeout=ep.stop_grace_s + 60)
 
-        base_url = ep.on_port(lease.port)
+        url = base_url(ep, lease.port)
         try:
-            with managed_server(argv, base_url=base_url, log_path=log_path, startup_timeout_s=ep.startup_timeout_s,
+            with managed_server(argv, base_url=url, log_path=log_path, startup_timeout_s=ep.startup_timeout_s,
                                 stop_grace_s=ep.stop_grace_s, env=cli.env, name=f"container {name}", extra_stop=stop,
                                 lease=lease, container=[cli.name, name]):
                 check_binds(cli, name, ep.host, lease.port)
-                yield Server(base_url=base_url, api="sglang" if spec.engine == "sglang" else "openai",
+                yield Server(base_url=url, api="sglang" if spec.engine == "sglang" else "openai",
                              model=served_model_name(cfg, cfg.package.processed_model_dir) if spec.gpu
-                             else str(cfg.package.processed_model_dir), supports_ignore_eos=spec.engine == "sglang",
+                             else cfg.package.processed_model_dir, supports_ignore_eos=spec.engine == "sglang",
                              has_flush_cache=spec.engine == "sglang", log_path=Path(log_path))
         finally:
             left = cli.containers(name)

@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import contextlib
-from pathlib import Path
 from typing import Iterator
 
 from soarlab.engines.server import Server, is_healthy, served_models
 from soarlab.errors import SoarError
+from soarlab.schema import ExternalEngine
 
 
 @contextlib.contextmanager
-def open_external(cfg, model_dir: Path, log_path: Path) -> Iterator[Server]:
-    engine = cfg.engine
-    url, api = str(engine.url).rstrip("/"), str(engine.api)
+def open_external(engine: ExternalEngine) -> Iterator[Server]:
+    url, api = engine.url.rstrip("/"), engine.api
     if not url:
         raise SoarError("engine=external needs engine.url", "set engine.url=http://HOST:PORT")
-    timeout = float(engine.health_timeout_s)
+    timeout = engine.health_timeout_s
     if not is_healthy(url, timeout=timeout):
         raise SoarError(
             f"server at {url} not reachable (GET /health and /v1/models did not answer 200)",
@@ -28,8 +27,8 @@ def open_external(cfg, model_dir: Path, log_path: Path) -> Iterator[Server]:
         models = served_models(url, timeout=timeout)
         model = models[0] if models else "default"
     yield Server(
-        base_url=url, api=api, model=str(model),
-        supports_ignore_eos=(api == "sglang") if ignore_eos is None else bool(ignore_eos),
+        base_url=url, api=api, model=model,
+        supports_ignore_eos=(api == "sglang") if ignore_eos is None else ignore_eos,
         has_flush_cache=api == "sglang",
         log_path=None,
     )

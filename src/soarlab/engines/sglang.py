@@ -18,14 +18,13 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-from omegaconf import OmegaConf
-
-from soarlab.engines.common import endpoint
+from soarlab.engines.common import base_url
 from soarlab.engines.process import managed_server, port_lease
 from soarlab.engines.server import Server
 from soarlab.errors import SoarError
 from soarlab.hub import validate_model_dir
 from soarlab.paths import owning_project_root
+from soarlab.schema import SoarConfig
 
 # Set by the launcher from engine.host / engine.port and the model directory, never by server_args.
 RESERVED_FLAGS = ("model-path", "model", "host", "port")
@@ -35,12 +34,12 @@ JIT_CACHE_VARS = {"TVM_FFI_CACHE_DIR": "tvm-ffi", "TRITON_CACHE_DIR": "triton", 
 CONTAINER_JIT_DIR = "/soarlab-jit-cache"
 
 
-def jit_cache_env(cfg, base: str | None = None) -> dict[str, str]:
+def jit_cache_env(cfg: SoarConfig, base: str | None = None) -> dict[str, str]:
     """Environment that points the JIT caches at engine.jit_cache_dir (or `base`); {} when it is null."""
     configured = cfg.engine.jit_cache_dir
     if not configured:
         return {}
-    root = base or str(Path(str(configured)).expanduser())
+    root = base or str(Path(configured).expanduser())
     return {var: f"{root}/{sub}" for var, sub in JIT_CACHE_VARS.items()}
 
 
@@ -51,8 +50,7 @@ def flag_name(key: str) -> str:
 def server_flags(engine, serve_quantization: str | None) -> list[str]:
     """An SGLang engine config's `server_args` + the quant preset's `serve_quantization` as an argv list,
     flags hyphenated."""
-    raw = engine.server_args
-    args = raw if isinstance(raw, dict) else OmegaConf.to_container(raw, resolve=True)
+    args = engine.server_args
     flags: dict[str, object] = {}
     for key, value in args.items():
         name = flag_name(key)
@@ -94,11 +92,11 @@ def sglang_python(python: str | None) -> Path:
     from DVC's temporary experiment copies, which hold no environments) or, when null, this interpreter."""
     if not python:
         return Path(sys.executable)
-    path = Path(str(python)).expanduser()
+    path = Path(python).expanduser()
     return path if path.is_absolute() else owning_project_root() / path
 
 
-def build_command(cfg, model_dir: Path, host: str, port: int) -> list[str]:
+def build_command(cfg: SoarConfig, model_dir: Path, host: str, port: int) -> list[str]:
     """`python -m sglang.launch_server` on model_dir with the configured flags."""
     flags = server_flags(cfg.engine, cfg.quant.serve_quantization)
     if cfg.engine.enable_metrics and "--enable-metrics" not in flags:
@@ -107,17 +105,17 @@ def build_command(cfg, model_dir: Path, host: str, port: int) -> list[str]:
             "--host", host, "--port", str(port), *flags]
 
 
-def jit_container_args(cfg) -> list[str]:
+def jit_container_args(cfg: SoarConfig) -> list[str]:
     """`run` options that mount engine.jit_cache_dir into a container and point its JIT caches there."""
     env = jit_cache_env(cfg, CONTAINER_JIT_DIR)
     if not env:
         return []
-    host_dir = Path(str(cfg.engine.jit_cache_dir)).expanduser()
+    host_dir = Path(cfg.engine.jit_cache_dir).expanduser()
     host_dir.mkdir(parents=True, exist_ok=True)
     return ["-v", f"{host_dir}:{CONTAINER_JIT_DIR}", *[a for k, v in env.items() for a in ("-e", f"{k}={v}")]]
 
 
-def served_model_name(cfg, model_dir: Path | str) -> str:
+def served_model_name(cfg: SoarConfig, model_dir: Path | str) -> str:
     """What SGLang serves the model as: --served-model-name if set, else the model path."""
     name = None
     for key, value in cfg.engine.server_args.items():
@@ -126,7 +124,7 @@ def served_model_name(cfg, model_dir: Path | str) -> str:
     return name or str(model_dir)
 
 
-def preflight(cfg) -> None:
+def preflight(cfg: SoarConfig) -> None:
     """Fail early, with the fix, where SGLang cannot start on this machine."""
     if cfg.engine.python and not sglang_python(cfg.engine.python).is_file():
         raise SoarError(
@@ -143,20 +141,20 @@ def preflight(cfg) -> None:
 
 
 @contextlib.contextmanager
-def open_sglang(cfg, model_dir: Path, log_path: Path) -> Iterator[Server]:
+def open_sglang(cfg: SoarConfig, model_dir: Path, log_path: Path) -> Iterator[Server]:
     model_dir = validate_model_dir(Path(model_dir).resolve())
     preflight(cfg)
-    ep = endpoint(cfg)
+    ep = cfg.engine
     # A cache folder the caller already chose wins (a sweep trial's, per GPU: soarlab.sweep.lease).
     env = {var: path for var, path in jit_cache_env(cfg).items() if var not in os.environ}
     for path in env.values():
         Path(path).mkdir(parents=True, exist_ok=True)
     with port_lease(ep.host, ep.port) as lease, managed_server(
         build_command(cfg, model_dir, ep.host, lease.port), env=env,
-        base_url=ep.on_port(lease.port), log_path=log_path, startup_timeout_s=ep.startup_timeout_s,
+        base_url=base_url(ep, lease.port), log_path=log_path, startup_timeout_s=ep.startup_timeout_s,
         stop_grace_s=ep.stop_grace_s, name="sglang server", lease=lease,
     ):
         yield Server(
-            base_url=ep.on_port(lease.port), api="sglang", model=served_model_name(cfg, model_dir),
+            base_url=base_url(ep, lease.port), api="sglang", model=served_model_name(cfg, model_dir),
             supports_ignore_eos=True, has_flush_cache=True, log_path=Path(log_path),
         )

@@ -14,6 +14,7 @@ from typing import Mapping, Sequence
 
 from soarlab.domain import LEVELS
 from soarlab.errors import SoarError
+from soarlab.schema import CBand, ScoreGroup
 
 _LEVELS_TEXT = ", ".join(LEVELS)
 _LEVELS_FORMAT = ",".join(f"{level}=SECONDS" for level in LEVELS)
@@ -23,11 +24,11 @@ def normalized_accuracy(ori: float, baseline: float, cap: float) -> float:
     return min(ori / baseline * 100.0, cap)
 
 
-def coefficient(norm: float, c_table: Sequence[Mapping], c_floor: float) -> float:
-    for band in sorted(c_table, key=lambda b: b["above"], reverse=True):
-        if norm > band["above"]:
-            return float(band["C"])
-    return float(c_floor)
+def coefficient(norm: float, c_table: Sequence[CBand], c_floor: float) -> float:
+    for band in sorted(c_table, key=lambda b: b.above, reverse=True):
+        if norm > band.above:
+            return band.C
+    return c_floor
 
 
 def speed_scores(durations: Mapping[str, float], best: Mapping[str, float], scale: float) -> dict[str, float]:
@@ -39,7 +40,7 @@ def speed_scores(durations: Mapping[str, float], best: Mapping[str, float], scal
     return {level: scale * best[level] / durations[level] for level in LEVELS}
 
 
-def final_score(durations: Mapping[str, float], best: Mapping[str, float], ori: float, baseline: float, score_cfg) -> dict:
+def final_score(durations: Mapping[str, float], best: Mapping[str, float], ori: float, baseline: float, score_cfg: ScoreGroup) -> dict:
     """Everything RULES.md 1 defines, rounded as the platform shows it."""
     if not math.isfinite(ori) or not 0 <= ori <= 100:
         raise SoarError(f"raw accuracy {ori} is not a percentage", "give the raw accuracy as a number from 0 to 100")

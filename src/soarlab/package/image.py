@@ -28,6 +28,7 @@ from soarlab.container import ContainerCLI, ensure_cpu_base
 from soarlab.engines.process import log_tail
 from soarlab.errors import SoarError
 from soarlab.package import render
+from soarlab.schema import SGLangEngine, SoarConfig, TransformersEngine
 
 
 @dataclass
@@ -39,13 +40,13 @@ class ImageSpec:
     gpu: bool
 
 
-def image_spec(cfg) -> ImageSpec | None:
-    """The image engine.name is served from; None for engines without one (external)."""
-    pkg, name = cfg.package, str(cfg.engine.name)
-    if name == "sglang":
-        return ImageSpec("sglang", "Dockerfile", str(pkg.base_image), str(pkg.image_tag), gpu=True)
-    if name == "transformers":
-        return ImageSpec("transformers", "Dockerfile.cpu", str(pkg.cpu_image.base), str(pkg.cpu_image.tag), gpu=False)
+def image_spec(cfg: SoarConfig) -> ImageSpec | None:
+    """The image the engine is served from; None for engines without one (external)."""
+    pkg = cfg.package
+    if isinstance(cfg.engine, SGLangEngine):
+        return ImageSpec("sglang", "Dockerfile", pkg.base_image, pkg.image_tag, gpu=True)
+    if isinstance(cfg.engine, TransformersEngine):
+        return ImageSpec("transformers", "Dockerfile.cpu", pkg.cpu_image.base, pkg.cpu_image.tag, gpu=False)
     return None
 
 
@@ -60,14 +61,14 @@ def pinned(names, root: Path) -> list[str]:
     return [by_name[canonicalize_name(n)] for n in names]
 
 
-def write_dockerfiles(cfg, dest: Path, root: Path) -> None:
+def write_dockerfiles(cfg: SoarConfig, dest: Path, root: Path) -> None:
     pkg = cfg.package
-    common = {"MODEL_INPUT": str(pkg.platform_model_dir), "MODEL_OUTPUT": str(pkg.processed_model_dir)}
-    (dest / "Dockerfile").write_text(render("Dockerfile", {**common, "BASE_IMAGE": str(pkg.base_image),
-                                                           "IMAGE_TAG": str(pkg.image_tag)}))
-    engine = " ".join(f"'{r}'" for r in pinned(list(pkg.cpu_image.engine_packages), root))
+    common = {"MODEL_INPUT": pkg.platform_model_dir, "MODEL_OUTPUT": pkg.processed_model_dir}
+    (dest / "Dockerfile").write_text(render("Dockerfile", {**common, "BASE_IMAGE": pkg.base_image,
+                                                           "IMAGE_TAG": pkg.image_tag}))
+    engine = " ".join(f"'{r}'" for r in pinned(pkg.cpu_image.engine_packages, root))
     (dest / "Dockerfile.cpu").write_text(render("Dockerfile.cpu", {
-        **common, "BASE_IMAGE": str(pkg.cpu_image.base), "IMAGE_TAG": str(pkg.cpu_image.tag),
+        **common, "BASE_IMAGE": pkg.cpu_image.base, "IMAGE_TAG": pkg.cpu_image.tag,
         "TORCH": f"'{pkg.cpu_image.torch}'", "UV": f"'{pkg.cpu_image.uv}'", "ENGINE_PACKAGES": engine,
     }))
     (dest / ".dockerignore").write_text("submission/\n*.log\nmetrics.json\nsummary.json\n")
@@ -111,7 +112,7 @@ def ca_bundle() -> Path:
     return Path(certifi.where())
 
 
-def build_argv(cli: ContainerCLI, cfg, spec: ImageSpec, context: Path, empty_dir: Path) -> list[str]:
+def build_argv(cli: ContainerCLI, cfg: SoarConfig, spec: ImageSpec, context: Path, empty_dir: Path) -> list[str]:
     pip = pip_settings()
     args = ["build", "--network", "host", "--secret", f"id=ca_bundle,src={ca_bundle()}",
             "-f", str(context / spec.dockerfile), "-t", spec.tag]
@@ -121,18 +122,18 @@ def build_argv(cli: ContainerCLI, cfg, spec: ImageSpec, context: Path, empty_dir
     if index.startswith(("http://", "https://")):
         args += ["--build-arg", f"PIP_INDEX_URL={index}"]
     if not spec.gpu:
-        wheels = wheel_dir_with(str(cfg.package.cpu_image.torch), pip.get("find-links", ""))
+        wheels = wheel_dir_with(cfg.package.cpu_image.torch, pip.get("find-links", ""))
         args += ["--build-context", f"wheels={wheels or empty_dir}"]
         if wheels is None:
             args += ["--build-arg", f"TORCH_INDEX_URL={cfg.package.cpu_image.torch_index_url}"]
     return cli.argv(*args, str(context))
 
 
-def build(cli: ContainerCLI, cfg, spec: ImageSpec, context: Path, log_path: Path) -> float:
+def build(cli: ContainerCLI, cfg: SoarConfig, spec: ImageSpec, context: Path, log_path: Path) -> float:
     """Build `spec` from `context` (the CPU base made first when missing); returns the build seconds."""
     if not spec.gpu:
         spec_cpu = cfg.package.cpu_image
-        ensure_cpu_base(cli, spec.base, str(spec_cpu.suite), spec_cpu.apt_sources, log_path)
+        ensure_cpu_base(cli, spec.base, spec_cpu.suite, spec_cpu.apt_sources, log_path)
     empty = context.parent / f".{context.name}.no-wheels"
     empty.mkdir(exist_ok=True)
     argv = build_argv(cli, cfg, spec, context, empty)

@@ -12,7 +12,7 @@ import json
 import random
 from pathlib import Path
 
-from soarlab.domain import CORPUS_PATH
+from soarlab.corpus import CORPUS_PATH
 from soarlab.errors import SoarError
 
 _TEXT_KEYS = ("text", "question", "prompt", "input")

@@ -20,7 +20,7 @@ def prepare_model_cli(args) -> int:
 
     cfg = compose(args.overrides or [])
     pin_cpu_numerics(cfg.quant.cpu_numerics)  # before anything loads torch: the same bytes on any CPU
-    report = quantize_checkpoint(args.input, args.output, cfg.quant, model_name=str(cfg.model.name),
+    report = quantize_checkpoint(args.input, args.output, cfg.quant, model_name=cfg.model.name,
                                  root=project_root())
     m = report["metrics"]
     for w in report["warnings"]:

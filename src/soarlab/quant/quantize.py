@@ -22,10 +22,10 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from soarlab.atomic import atomic_dir, scratch_dir
 from soarlab.errors import SoarError
+from soarlab.schema import Calibration, QuantGroup
 
 WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.bin.index.json", "*.pt", "*.pth")
 
@@ -45,13 +45,11 @@ def pin_cpu_numerics(numerics) -> None:
                        **{name: str(value) for name, value in numerics.env.items()}})
 
 
-def _calibration_settings(qcfg, model_name: str | None) -> dict[str, Any]:
+def _calibration_settings(qcfg: QuantGroup, model_name: str | None) -> Calibration:
+    """quant.calibration with the model's `per_model` values in place of the defaults they set."""
     cal = qcfg.calibration
-    settings = {k: cal[k] for k in ("source", "num_samples", "seq_len", "batch_size", "seed")}
     override = cal.per_model.get(model_name) if model_name else None
-    if override:
-        settings.update({k: v for k, v in override.items() if v is not None})
-    return settings
+    return cal.model_copy(update=override.model_dump(exclude_none=True)) if override else cal
 
 
 def _is_weight(path: Path) -> bool:
@@ -75,7 +73,7 @@ def _copy_side_files(src: Path, dst: Path) -> list[str]:
     return copied
 
 
-def _fix_config(out_dir: Path, base_config: dict, qcfg) -> None:
+def _fix_config(out_dir: Path, base_config: dict, qcfg: QuantGroup) -> None:
     path = out_dir / "config.json"
     config = json.loads(path.read_text()) if path.is_file() else dict(base_config)
     auto_map = dict(config.get("auto_map") or base_config.get("auto_map") or {})
@@ -91,7 +89,7 @@ def _fix_config(out_dir: Path, base_config: dict, qcfg) -> None:
         qc["checkpoint_format"] = qc.get("checkpoint_format", qcfg.checkpoint_format)
         meta = qc.get("meta") or {}
         meta.pop("offload_to_disk_path", None)  # a temp path of the quantizing machine
-        meta["soarlab_preset"] = str(qcfg.name)
+        meta["soarlab_preset"] = qcfg.name
     path.write_text(json.dumps(config, indent=2) + "\n")
     qpath = out_dir / "quantize_config.json"
     if qpath.is_file():  # keep GPTQModel's copy consistent with config.json
@@ -100,7 +98,7 @@ def _fix_config(out_dir: Path, base_config: dict, qcfg) -> None:
         qpath.write_text(json.dumps(q, indent=2) + "\n")
 
 
-def _gptq(input_dir: Path, out_dir: Path, qcfg, plan, cal: dict, samples: list[dict]) -> list[dict]:
+def _gptq(input_dir: Path, out_dir: Path, qcfg: QuantGroup, plan, cal: Calibration, samples: list[dict]) -> list[dict]:
     """GPTQModel's quantize and save into out_dir; returns its per-module log (the checkpoint keeps none)."""
     os.environ.setdefault("GPTQMODEL_CPU_WORKERS", str(qcfg.cpu_numerics.threads))  # GPTQModel on CPU needs it
     import torch
@@ -111,22 +109,22 @@ def _gptq(input_dir: Path, out_dir: Path, qcfg, plan, cal: dict, samples: list[d
 
     register()
     common = dict(
-        bits=int(qcfg.bits), group_size=int(qcfg.group_size), sym=bool(qcfg.sym), desc_act=bool(qcfg.desc_act),
-        dynamic=plan.dynamic or None, offload_to_disk=bool(qcfg.offload_to_disk), format=str(qcfg.checkpoint_format),
+        bits=qcfg.bits, group_size=qcfg.group_size, sym=qcfg.sym, desc_act=qcfg.desc_act,
+        dynamic=plan.dynamic or None, offload_to_disk=qcfg.offload_to_disk, format=qcfg.checkpoint_format,
     )
     if qcfg.method == "rtn":
         config = RTNConfig(**common)
     else:
-        config = QuantizeConfig(**common, damp_percent=float(qcfg.damp_percent),
-                                damp_auto_increment=float(qcfg.damp_auto_increment),
-                                act_group_aware=bool(qcfg.act_group_aware) and not bool(qcfg.desc_act))
-    torch.manual_seed(int(cal["seed"]))  # same inputs, same bytes (tests/test_quantize.py quantizes twice)
+        config = QuantizeConfig(**common, damp_percent=qcfg.damp_percent,
+                                damp_auto_increment=qcfg.damp_auto_increment,
+                                act_group_aware=qcfg.act_group_aware and not qcfg.desc_act)
+    torch.manual_seed(cal.seed)  # same inputs, same bytes (tests/test_quantize.py quantizes twice)
     with _gptqmodel_logs_elsewhere(out_dir.parent):
         model = GPTQModel.load(str(input_dir), config, trust_remote_code=True, dtype=torch.bfloat16)
         if qcfg.method == "rtn":
             model.quantize(None)
         else:
-            model.quantize(samples, batch_size=int(cal["batch_size"]))
+            model.quantize(samples, batch_size=cal.batch_size)
         model.save(str(out_dir))
         del model
     return _take_quant_log(out_dir)
@@ -170,7 +168,7 @@ def _gptqmodel_logs_elsewhere(beside: Path):
             loop_processor._PROJECT_LOG_DIR, processor.log_new_row, QuantizationRegionTimer.flush = saved
 
 
-def _refuse_bad_inputs(input_dir: Path, output_dir: Path, qcfg) -> dict:
+def _refuse_bad_inputs(input_dir: Path, output_dir: Path, qcfg: QuantGroup) -> dict:
     """The base model's config.json, once the model folder and the preset are known to be usable."""
     from soarlab.hub import validate_model_dir
     from soarlab.quant.rules import read_config
@@ -179,7 +177,7 @@ def _refuse_bad_inputs(input_dir: Path, output_dir: Path, qcfg) -> dict:
         raise SoarError(f"input model directory {input_dir} does not exist", "pass --input / set paths.base_model to a model directory")
     if input_dir == output_dir:
         raise SoarError("input and output are the same directory", "write the quantized model elsewhere")
-    method = str(qcfg.method)
+    method = qcfg.method
     if method not in ("gptq", "rtn", "none"):
         raise SoarError(f"quant.method is {method!r}", "use gptq, rtn or none")
     if method != "none" and not qcfg.sym:
@@ -191,18 +189,18 @@ def _refuse_bad_inputs(input_dir: Path, output_dir: Path, qcfg) -> dict:
     return base_config
 
 
-def _refuse_bad_output(model_dir: Path, qcfg) -> None:
+def _refuse_bad_output(model_dir: Path, qcfg: QuantGroup) -> None:
     from soarlab.quant.check import check_checkpoint
 
-    problems = check_checkpoint(model_dir, exclude=list(qcfg.exclude)) if qcfg.check else []
+    problems = check_checkpoint(model_dir, exclude=qcfg.exclude) if qcfg.check else []
     if problems:
         raise SoarError(f"the quantized checkpoint fails {len(problems)} check(s): " + "; ".join(problems[:5]),
                         "see `soarlab check-checkpoint` on a kept copy; fix the preset in conf/quant/")
 
 
-def _quantize_into(tmp: Path, input_dir: Path, qcfg, plan, cal: dict, samples: list) -> list[dict]:
+def _quantize_into(tmp: Path, input_dir: Path, qcfg: QuantGroup, plan, cal: Calibration, samples: list) -> list[dict]:
     """Write the quantized (or, for method none, linked) weights into `tmp`; GPTQModel's per-module log."""
-    if str(qcfg.method) != "none":
+    if qcfg.method != "none":
         return _gptq(input_dir, tmp, qcfg, plan, cal, samples)
     for f in sorted(input_dir.iterdir()):
         if f.is_file() and f.name != "config.json":
@@ -210,7 +208,7 @@ def _quantize_into(tmp: Path, input_dir: Path, qcfg, plan, cal: dict, samples: l
     return []
 
 
-def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg, model_name: str | None = None,
+def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg: QuantGroup, model_name: str | None = None,
                         root: Path | None = None) -> dict:
     """Quantize `input_dir` into `output_dir` (atomically). Returns the report (dict)."""
     from transformers import AutoTokenizer
@@ -222,7 +220,7 @@ def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg, mod
     t_start = time.perf_counter()
     input_dir, output_dir = Path(input_dir).resolve(), Path(output_dir).resolve()
     base_config = _refuse_bad_inputs(input_dir, output_dir, qcfg)
-    method = str(qcfg.method)
+    method = qcfg.method
     modules = inventory(input_dir)  # raises when there are no weights
     plan = build_plan(modules, qcfg)
     if method == "none":
@@ -230,8 +228,8 @@ def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg, mod
         plan.dynamic = {}
     cal = _calibration_settings(qcfg, model_name)
     tokenizer = AutoTokenizer.from_pretrained(str(input_dir), trust_remote_code=True)
-    samples, cal_warnings = calibration_samples(tokenizer, str(cal["source"]), int(cal["num_samples"]),
-                                                int(cal["seq_len"]), int(cal["seed"]), root)
+    samples, cal_warnings = calibration_samples(tokenizer, cal.source, cal.num_samples,
+                                                cal.seq_len, cal.seed, root)
     timings: dict[str, float] = {}
     with atomic_dir(output_dir) as tmp:
         t0 = time.perf_counter()
@@ -244,19 +242,19 @@ def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg, mod
         quantized_bits = plan.quantized()
         errors = {}
         if quantized_bits:
-            n_err = min(int(qcfg.report.error_samples), len(samples))
+            n_err = min(qcfg.report.error_samples, len(samples))
             errors = rep.reconstruction_errors(input_dir, tmp, quantized_bits, samples[:n_err],
-                                               str(qcfg.checkpoint_format))
+                                               qcfg.checkpoint_format)
         timings["report"] = time.perf_counter() - t0
         size_before, size_after = rep.dir_size(input_dir), rep.dir_size(tmp)
     timings["total"] = time.perf_counter() - t_start
     return {
-        "preset": str(qcfg.name),
+        "preset": qcfg.name,
         "method": method,
         "serve_quantization": qcfg.serve_quantization,
         "input": str(input_dir),
         "output": str(output_dir),
-        "calibration": {**cal, "samples_used": len(samples) if method == "gptq" else 0},
+        "calibration": {**cal.model_dump(exclude={"per_model"}), "samples_used": len(samples) if method == "gptq" else 0},
         "dynamic": plan.dynamic,
         "bits_per_module": {n: (b if b is not None else "bf16") for n, b in sorted(plan.bits.items())},
         "rule_hits": plan.rule_hits,

@@ -21,6 +21,7 @@ from typing import Any, Iterable
 from soarlab.domain import LAYER_RE
 from soarlab.errors import SoarError
 from soarlab.quant.definition import FUSED_GROUPS, LAYER_LINEARS
+from soarlab.schema import QuantGroup, QuantRule
 
 KEEP = "keep"
 
@@ -90,17 +91,6 @@ def inventory(model_dir: str | Path) -> list[Module]:
     return modules
 
 
-def _as_dict(obj) -> dict:
-    try:
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(obj, DictConfig):
-            return OmegaConf.to_container(obj, resolve=True)
-    except ImportError:  # pragma: no cover
-        pass
-    return dict(obj)
-
-
 def _compile(pattern: str, what: str) -> re.Pattern:
     try:
         return re.compile(pattern)
@@ -108,13 +98,11 @@ def _compile(pattern: str, what: str) -> re.Pattern:
         raise SoarError(f"{what}: bad regex {pattern!r} ({exc})", "fix the regular expression in conf/quant/") from None
 
 
-def build_plan(modules: Iterable[Module], qcfg) -> Plan:
+def build_plan(modules: Iterable[Module], qcfg: QuantGroup) -> Plan:
     """Resolve `quant.bits`, `quant.exclude` and `quant.rules` against the model's modules."""
     modules = list(modules)
-    base = int(qcfg.bits)
-    if base not in (4, 8):
-        raise SoarError(f"quant.bits is {base}", "use 4 or 8 (what gptq_marlin serves)")
-    excludes = [_compile(p, "quant.exclude") for p in (qcfg.exclude or [])]
+    base = qcfg.bits  # 4 or 8, what gptq_marlin serves (soarlab.schema)
+    excludes = [_compile(p, "quant.exclude") for p in qcfg.exclude]
 
     def excluded(m: Module) -> bool:
         return any(p.fullmatch(m.name) for p in excludes)
@@ -126,50 +114,43 @@ def build_plan(modules: Iterable[Module], qcfg) -> Plan:
 
     plan = Plan(base_bits=base, bits={m.name: default_bits(m) for m in modules})
     decided: set[str] = set()
-    for i, rule in enumerate(_as_dict(r) for r in (qcfg.rules or [])):
-        _apply_rule(rule, rule.get("name") or f"rule {i}", modules, plan, decided, excluded)
+    for rule in qcfg.rules:
+        _apply_rule(rule, modules, plan, decided, excluded)
     _check_fused_groups(plan, modules)
-    _check_group_size(plan, modules, int(qcfg.group_size))
+    _check_group_size(plan, modules, qcfg.group_size)
     plan.dynamic = to_dynamic(plan, modules)
     return plan
 
 
-def _rule_hits(rule: dict, rname: str, modules: list[Module]) -> list[Module]:
-    """The modules a rule selects, once the rule is known to be well-formed."""
-    unknown = set(rule) - {"name", "match", "mixer", "bits", "override_exclude"}
-    if unknown:
-        raise SoarError(f"quant rule {rname!r} has unknown keys {sorted(unknown)}",
-                        "use name, match, mixer, bits, override_exclude")
-    if "match" not in rule and "mixer" not in rule:
-        raise SoarError(f"quant rule {rname!r} selects nothing", "give it `match` (a regex) and/or `mixer`")
-    if "bits" not in rule:
-        raise SoarError(f"quant rule {rname!r} has no `bits`", "set bits: 4, 8 or keep")
-    if rule["bits"] != KEEP and rule["bits"] not in (4, 8):
-        raise SoarError(f"quant rule {rname!r} has bits={rule['bits']!r}", "use 4, 8 or keep")
-    pattern = _compile(rule["match"], f"quant rule {rname!r}") if rule.get("match") else None
-    mixer = rule.get("mixer")
+def _rule_hits(rule: QuantRule, modules: list[Module]) -> list[Module]:
+    """The modules a rule selects (its keys and bits are typed by soarlab.schema.QuantRule)."""
+    if rule.match is None and rule.mixer is None:
+        raise SoarError(f"quant rule {rule.name!r} selects nothing", "give it `match` (a regex) and/or `mixer`")
+    pattern = _compile(rule.match, f"quant rule {rule.name!r}") if rule.match else None
+    mixer = rule.mixer
     return [m for m in modules
             if (pattern is None or pattern.fullmatch(m.name)) and (mixer is None or m.mixer == mixer)
             and (m.layer is not None or pattern is not None)]
 
 
-def _apply_rule(rule: dict, rname: str, modules: list[Module], plan: Plan, decided: set[str], excluded) -> None:
+def _apply_rule(rule: QuantRule, modules: list[Module], plan: Plan, decided: set[str], excluded) -> None:
     """Set the bits of the modules the rule selects that no earlier rule decided."""
-    hits = _rule_hits(rule, rname, modules)
+    rname = rule.name
+    hits = _rule_hits(rule, modules)
     plan.rule_hits[rname] = [m.name for m in hits]
     if not hits:
-        msg = f"quant rule {rname!r} matches no module of this model (match={rule.get('match')!r}, mixer={rule.get('mixer')!r})"
+        msg = f"quant rule {rname!r} matches no module of this model (match={rule.match!r}, mixer={rule.mixer!r})"
         plan.warnings.append(msg)
         warnings.warn(msg, stacklevel=3)
         return
-    bits = rule["bits"]
+    bits = rule.bits
     for m in hits:
         if m.name in decided:
             continue  # an earlier rule decided it
         if bits == KEEP:
             plan.bits[m.name] = None
         else:
-            if excluded(m) and not rule.get("override_exclude"):
+            if excluded(m) and not rule.override_exclude:
                 raise SoarError(
                     f"quant rule {rname!r} would quantize {m.name}, which quant.exclude keeps unquantized",
                     "narrow the rule's regex/mixer, or set override_exclude: true on the rule if it is meant",
@@ -177,7 +158,7 @@ def _apply_rule(rule: dict, rname: str, modules: list[Module], plan: Plan, decid
             if m.layer is None or m.leaf not in LAYER_LINEARS:
                 raise SoarError(f"quant rule {rname!r} would quantize {m.name}",
                                 "only decoder-layer linear layers can be GPTQ-quantized; narrow the rule")
-            plan.bits[m.name] = int(bits)
+            plan.bits[m.name] = bits
         decided.add(m.name)
 
 

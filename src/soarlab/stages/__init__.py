@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from soarlab.config import load_params
+from soarlab.schema import SoarConfig
 
 # Where a sweep trial wants the logs of a stage that failed: its temporary DVC workspace, and the
 # reports/logs folder in it, is deleted when `dvc exp run --temp` ends (soarlab.sweep.trial sets it).
@@ -58,7 +59,7 @@ def _keep_logs(logs: Path, exc: BaseException) -> None:
         exc.args = (f"{exc.problem}. Fix: {exc.fix}",)
 
 
-def _remove_leftovers(cfg) -> None:
+def _remove_leftovers(cfg: SoarConfig) -> None:
     """What killed runs left half-written (soarlab.atomic temporaries): removed before any stage runs,
     so that it is never taken for output nor tracked."""
     import shutil

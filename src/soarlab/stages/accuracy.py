@@ -9,13 +9,12 @@ Writes reports/accuracy/summary.json    ori, normalized, C, per-task scores, boo
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
-
 from soarlab.atomic import write_json, write_jsonl
 from soarlab.paths import project_root
+from soarlab.schema import SoarConfig
 
 
-def evaluate(server, data_file, model_dir, cfg: DictConfig) -> tuple[dict, list[dict]]:
+def evaluate(server, data_file, model_dir, cfg: SoarConfig) -> tuple[dict, list[dict]]:
     """(summary, per-sample records) of the correctness set against a running server."""
     from soarlab.accuracy.runner import run_correctness, run_standard_tasks
     from soarlab.accuracy.scoring import score_rows, summarize
@@ -26,7 +25,7 @@ def evaluate(server, data_file, model_dir, cfg: DictConfig) -> tuple[dict, list[
     if cfg.eval.limit:
         rows = rows[: len(predictions)]
     records = score_rows(rows, predictions)
-    summary = summarize(records, float(cfg.model.baseline_accuracy), cfg.score, cfg.eval.bootstrap)
+    summary = summarize(records, cfg.model.baseline_accuracy, cfg.score, cfg.eval.bootstrap)
     summary["lm_eval"] = lm_eval_info
     lm_eval_acc = lm_eval_info["metrics"].get("acc")
     if lm_eval_acc is not None and abs(100.0 * lm_eval_acc - summary["ori_accuracy"]) > 1e-3:
@@ -39,7 +38,7 @@ def evaluate(server, data_file, model_dir, cfg: DictConfig) -> tuple[dict, list[
     return summary, records
 
 
-def run(cfg: DictConfig, server=None) -> dict:
+def run(cfg: SoarConfig, server=None) -> dict:
     """`server`: one already serving the quantized model (stage `evaluate`); None starts one. Returns the summary."""
     import contextlib
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from soarlab.errors import SoarError
+from soarlab.schema import SoarConfig
 
 
-def check_inputs(cfg) -> tuple[Path, Path]:
+def check_inputs(cfg: SoarConfig) -> tuple[Path, Path]:
     """(speed set, quantized model dir), or a SoarError naming the stage to run first."""
     dataset = Path(cfg.paths.data) / "speed.jsonl"
     model_dir = Path(cfg.paths.quantized_model)
@@ -24,7 +25,7 @@ def check_inputs(cfg) -> tuple[Path, Path]:
     return dataset, model_dir
 
 
-def run(cfg, server=None, checkpoints=None) -> None:
+def run(cfg: SoarConfig, server=None, checkpoints=None) -> None:
     """`server`: one already serving the quantized model (stage `evaluate`); None starts one.
     `checkpoints` (a pruning sweep's, soarlab.pruning.checkpoints): S1 is reported after its first part
     and the level stops when the trial is pruned; reports/bench then holds what write_pruned writes."""
@@ -64,7 +65,7 @@ def run(cfg, server=None, checkpoints=None) -> None:
         except Pruned as pruned:  # its partial figures are what the report keeps
             write_pruned(tmp, pruned)
             return
-        write_summary(tmp, list(bench.levels), make_plot=bool(bench.plot))
+        write_summary(tmp, list(bench.levels), make_plot=bench.plot)
 
 
 def write_pruned(folder: Path, pruned) -> None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from soarlab.atomic import write_json
 from soarlab.paths import project_root
+from soarlab.schema import SoarConfig
 
 
-def run(cfg) -> None:
+def run(cfg: SoarConfig) -> None:
     write_json(project_root() / cfg.paths.reports / "check-params.json", {"valid": True})

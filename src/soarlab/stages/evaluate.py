@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from soarlab.schema import SoarConfig
 from soarlab.stages import accuracy, bench
 
 
-def run(cfg) -> None:
+def run(cfg: SoarConfig) -> None:
     from soarlab.atomic import atomic_dir
     from soarlab.engines import open_engine
     from soarlab.pruning import Pruned

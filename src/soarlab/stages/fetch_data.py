@@ -9,16 +9,15 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from omegaconf import DictConfig
-
 from soarlab.atomic import atomic_path, write_jsonl
 from soarlab.datasets.correctness import fetch_correctness_set
 from soarlab.datasets.soar import read_speed_set
 from soarlab.errors import SoarError
 from soarlab.paths import project_root
+from soarlab.schema import BenchGroup, SoarConfig
 
 
-def write_speed_set(bench_cfg: DictConfig, model_dir: Path, dest: Path) -> None:
+def write_speed_set(bench_cfg: BenchGroup, model_dir: Path, dest: Path) -> None:
     """Your file when bench.dataset.path is set, else a set generated for the model's tokenizer."""
     dataset_cfg = bench_cfg.dataset
     if dataset_cfg.path:
@@ -36,7 +35,7 @@ def write_speed_set(bench_cfg: DictConfig, model_dir: Path, dest: Path) -> None:
     write_jsonl(dest, rows)
 
 
-def run(cfg: DictConfig) -> None:
+def run(cfg: SoarConfig) -> None:
     root = project_root()
     data = root / cfg.paths.data
     write_speed_set(cfg.bench, root / cfg.paths.base_model, data / "speed.jsonl")

@@ -12,9 +12,10 @@ from pathlib import Path
 
 from soarlab.atomic import write_json
 from soarlab.paths import project_root
+from soarlab.schema import SoarConfig
 
 
-def run(cfg) -> Path:
+def run(cfg: SoarConfig) -> Path:
     from soarlab import hub
 
     root = project_root()

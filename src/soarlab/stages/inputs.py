@@ -9,18 +9,26 @@ reports/inputs/<input>.json = {"param", "path", "sha256"}: path and sha256 are n
 no file in this config, sha256 alone when the file is missing (the stage that reads it says so). The stage
 that reads an input lists that file in its deps. docs/ARCHITECTURE.md says why this and not `dvc add` or
 `dvc import-url`.
+
+It also writes reports/inputs/store.json, the MLflow store's stamp (soarlab.tracking.store.store_stamp):
+`reference` and `track` read the store, state DVC cannot see, and list this file in their deps instead of
+always running, so a no-op `dvc repro` runs only this stage, while a new store or a new (or deleted) run
+still re-runs them. A tracking server has no stamp: the file then changes on every run, and so do they.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from soarlab.atomic import write_json
 from soarlab.digest import content_digest
 from soarlab.paths import project_root
+from soarlab.schema import SoarConfig
+from soarlab.tracking.store import STAMP_REPORT, store_stamp, tracking_uri
 
 
-def named_inputs(cfg) -> dict[str, tuple[str, str | None]]:
+def named_inputs(cfg: SoarConfig) -> dict[str, tuple[str, str | None]]:
     """{input: (param, the path it names in this config, or None when the config reads no such file)}."""
     calibration = cfg.quant.calibration.source
     return {
@@ -31,7 +39,7 @@ def named_inputs(cfg) -> dict[str, tuple[str, str | None]]:
     }
 
 
-def run(cfg) -> None:
+def run(cfg: SoarConfig) -> None:
     root = project_root()
     for name, (param, named) in named_inputs(cfg).items():
         path = None if named is None else Path(str(named)).expanduser()
@@ -42,3 +50,6 @@ def run(cfg) -> None:
         write_json(root / cfg.paths.reports / "inputs" / f"{name}.json", record)
         if named is not None:
             print(f"{param}={named}: sha256 {record['sha256'] or '(missing)'}")
+    # A server (or a store not made yet) has no stamp: a new value each run makes reference and track run.
+    stamp = store_stamp(cfg) or f"unknown, asked at {time.time_ns()}"
+    write_json(root.joinpath(cfg.paths.reports, *STAMP_REPORT), {"uri": tracking_uri(cfg), "stamp": stamp})

@@ -34,24 +34,29 @@ import sys
 import tarfile
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from soarlab.atomic import atomic_dir, copy_tree, write_json
+from soarlab.config import to_yaml
 from soarlab.errors import SoarError
 from soarlab.package import TEMPLATES, checks, render
 from soarlab.package.image import write_dockerfiles
 from soarlab.paths import project_root
+from soarlab.schema import ExternalEngine, SGLangEngine, SoarConfig
 
 SAFE_TOKEN = re.compile(r"^[A-Za-z0-9_./:=,+@%-]+$")
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".pytest_cache")
 
 
-def submission_engine(cfg):
+def submission_engine(cfg: SoarConfig) -> SGLangEngine:
     """The pipeline's engine when it runs SGLang (what was benchmarked), else `package.sglang`."""
-    return cfg.engine if cfg.engine.name == "sglang" else cfg.package.sglang
+    return cfg.engine if isinstance(cfg.engine, SGLangEngine) else cfg.package.sglang
 
 
-def server_args_string(cfg) -> str:
+def in_container(cfg: SoarConfig) -> bool:
+    """Whether the pipeline serves from the serving image (engine.launcher=container; external has no launcher)."""
+    return not isinstance(cfg.engine, ExternalEngine) and cfg.engine.launcher == "container"
+
+
+def server_args_string(cfg: SoarConfig) -> str:
     from soarlab.engines.sglang import server_flags
 
     flags = server_flags(submission_engine(cfg), cfg.quant.serve_quantization)
@@ -99,7 +104,7 @@ def make_tarball(src_dir: Path, tar_path: Path) -> int:
     return tar_path.stat().st_size
 
 
-def build_and_time(cfg, out: Path) -> tuple[dict, str]:
+def build_and_time(cfg: SoarConfig, out: Path) -> tuple[dict, str]:
     """Build the engine's serving image and start it once; (metrics, status). See the module docstring."""
     import time
 
@@ -121,7 +126,7 @@ def build_and_time(cfg, out: Path) -> tuple[dict, str]:
     metrics = {"image_built": 1, "image_bytes": cli.image_bytes(spec.tag), "build_s": round(build_s, 2)}
     write_json(out / "image.json", {"tag": spec.tag, "id": cli.image_id(spec.tag)})
     status = f"built {spec.tag} with {cli.name} in {build_s:.1f} s"
-    if cfg.engine.get("launcher") != "container":
+    if not in_container(cfg):
         return metrics, status + " (not started: engine.launcher is not container)"
     start = time.monotonic()
     with open_engine(cfg, cfg.paths.base_model, logs / "package-container.log"):
@@ -130,19 +135,18 @@ def build_and_time(cfg, out: Path) -> tuple[dict, str]:
     return metrics, status + f"; healthy {metrics['start_to_healthy_s']} s after start"
 
 
-def run(cfg) -> Path:
+def run(cfg: SoarConfig) -> Path:
     root = project_root()
     out = root / cfg.paths.reports / "package"
     pkg = cfg.package
     server_args = server_args_string(cfg)
-    quant, quant_preset = cfg.quant, str(cfg.quant.name)
+    quant, quant_preset = cfg.quant, cfg.quant.name
     mode = str(pkg.build_image).lower()  # auto | true | false (soarlab.schema)
-    tag = str(pkg.image_tag)
+    tag = pkg.image_tag
     version = f"soarlab {_version()}"
-    packages = " ".join(shlex.quote(str(p)) for p in pkg.pip_packages)
-    uv_extra_args = [str(a) for a in pkg.uv_extra_args]
-    uv_extra = " ".join(shlex.quote(a) for a in uv_extra_args)
-    checks.check_index_only([str(p) for p in pkg.pip_packages], uv_extra_args)
+    packages = " ".join(shlex.quote(p) for p in pkg.pip_packages)
+    uv_extra = " ".join(shlex.quote(a) for a in pkg.uv_extra_args)
+    checks.check_index_only(pkg.pip_packages, pkg.uv_extra_args)
 
     with atomic_dir(out) as tmp:
         sub = tmp / "submission"
@@ -152,11 +156,11 @@ def run(cfg) -> Path:
             "UV_EXTRA_ARGS": uv_extra, "SOARLAB_VERSION": version,
         }))
         (sub / "prepare_model.sh").write_text(render("prepare_model.sh", {
-            "QUANT_PRESET": quant_preset, "MODEL": str(pkg.model), "SOARLAB_VERSION": version,
+            "QUANT_PRESET": quant_preset, "MODEL": pkg.model, "SOARLAB_VERSION": version,
         }))
         (sub / "prepare_model.sh").chmod(0o755)
         copy_project(root, sub / "soarlab")
-        quant_yaml = OmegaConf.to_yaml(quant, resolve=True)
+        quant_yaml = to_yaml(quant)
         (sub / "soarlab" / "conf" / "quant").mkdir(parents=True, exist_ok=True)
         (sub / "soarlab" / "conf" / "quant" / "submission.yaml").write_text(
             f"# The quant section this submission was packaged with (preset {quant_preset}), frozen by soarlab package.\n"
@@ -167,15 +171,15 @@ def run(cfg) -> Path:
 
         tar_path = tmp / "submission.tar.gz"
         size = make_tarball(sub, tar_path)
-        limit = int(pkg.max_size_bytes)
+        limit = pkg.max_size_bytes
         checks.check_size(size, limit)
-        checks.check_contents(tar_path, list(pkg.forbidden), [str(root), sys.prefix])
+        checks.check_contents(tar_path, pkg.forbidden, [str(root), sys.prefix])
 
         metrics = {"image_built": 0}
         write_json(tmp / "image.json", {"tag": None, "id": None})  # replaced by build_and_time when built
         if mode == "false":
             why = "image not built: package.build_image=false"
-        elif mode == "auto" and cfg.engine.get("launcher") != "container":
+        elif mode == "auto" and not in_container(cfg):
             why = "image not built: engine.launcher is not container (package.build_image=true builds it anyway)"
         else:
             metrics, why = build_and_time(cfg, tmp)
@@ -184,8 +188,8 @@ def run(cfg) -> Path:
             "tarball_bytes": size, "submission_files": n_files, "size_limit_bytes": limit, **metrics,
         })
         write_json(tmp / "summary.json", {
-            "sglang_server_args": server_args, "quant_preset": quant_preset, "base_image": str(pkg.base_image),
-            "image_tag": tag, "cpu_image_tag": str(pkg.cpu_image.tag), "build_image": mode,
+            "sglang_server_args": server_args, "quant_preset": quant_preset, "base_image": pkg.base_image,
+            "image_tag": tag, "cpu_image_tag": pkg.cpu_image.tag, "build_image": mode,
             "image_built": bool(metrics["image_built"]), "image_status": why, "tarball": "submission.tar.gz",
         })
     print(f"package: {out / 'submission.tar.gz'} ({size} bytes); SGLANG_SERVER_ARGS={server_args}; {why}")

@@ -12,16 +12,15 @@ Writes reports/reference.json: {source, durations: {level: seconds | null}, runs
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
-
 from soarlab.atomic import write_json
 from soarlab.datasets.soar import file_sha256
 from soarlab.errors import SoarError
 from soarlab.domain import LEVELS
 from soarlab.paths import project_root
+from soarlab.schema import SoarConfig
 
 
-def reference(cfg: DictConfig, speed_set_sha: str) -> dict:
+def reference(cfg: SoarConfig, speed_set_sha: str) -> dict:
     from soarlab.tracking.durations import recorded_durations
 
     ref = cfg.score.reference
@@ -30,7 +29,7 @@ def reference(cfg: DictConfig, speed_set_sha: str) -> dict:
         if missing:
             raise SoarError(f"score.reference.source is config but durations of {', '.join(missing)} are not set",
                             "set score.reference.durations.S1=SECONDS (and S8, Smax)")
-        return {"source": "config", "durations": {level: float(ref.durations[level]) for level in LEVELS}, "runs": 0}
+        return {"source": "config", "durations": {level: ref.durations[level] for level in LEVELS}, "runs": 0}
     if ref.source == "baseline_run":
         if not ref.baseline_run_id:
             raise SoarError("score.reference.source is baseline_run but no baseline_run_id is set",
@@ -44,14 +43,13 @@ def reference(cfg: DictConfig, speed_set_sha: str) -> dict:
     return {"source": "best_recorded", "durations": best, "runs": len(runs)}
 
 
-def run(cfg: DictConfig) -> None:
-    from omegaconf import OmegaConf
-
+def run(cfg: SoarConfig) -> None:
+    from soarlab.config import plain
     from soarlab.tracking import memo
 
     root = project_root()
     speed_set_sha = file_sha256(root / cfg.paths.data / "speed.jsonl")
-    question = [OmegaConf.to_container(cfg.score.reference), str(cfg.model.name), cfg.tracking.experiment, speed_set_sha]
+    question = [plain(cfg.score.reference), cfg.model.name, cfg.tracking.experiment, speed_set_sha]
     result = memo.recall(cfg, "reference", question)  # a no-op re-run: the store is unchanged, MLflow need not load
     if result is None:
         result = reference(cfg, speed_set_sha)

@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from omegaconf import DictConfig
-
 from soarlab.atomic import write_json
 from soarlab.errors import SoarError
 from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
 from soarlab.metrics.scoring import final_score
 from soarlab.paths import project_root
+from soarlab.schema import SoarConfig
 
 
 def _read(path: Path) -> dict:
@@ -34,7 +33,7 @@ def best_durations(reference: dict, durations: dict[str, float]) -> dict[str, fl
     return {level: best[level] for level in LEVELS}
 
 
-def run(cfg: DictConfig) -> None:
+def run(cfg: SoarConfig) -> None:
     root = project_root()
     reports = root / cfg.paths.reports
     bench = _read(reports / "bench" / "metrics.json")

@@ -12,10 +12,9 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from omegaconf import DictConfig
-
 from soarlab.datasets.soar import file_sha256
 from soarlab.paths import project_root
+from soarlab.schema import SoarConfig
 from soarlab.tracking import memo
 from soarlab.tracking.pipeline_run import log_pipeline_run, run_with_inputs
 from soarlab.tracking.run_page import inputs_digest
@@ -23,7 +22,7 @@ from soarlab.tracking.store import inputs_lock, tracking_uri
 from soarlab.tracking.tags import run_context
 
 
-def run(cfg: DictConfig, params_file: str | Path = "params.yaml") -> None:
+def run(cfg: SoarConfig, params_file: str | Path = "params.yaml") -> None:
     """`params_file`: the config file the stage was run with (`soarlab stage track --params FILE`)."""
     root = project_root()
     reports, params_file = root / cfg.paths.reports, Path(params_file).resolve()  # as the CLI read it
@@ -47,7 +46,7 @@ def run(cfg: DictConfig, params_file: str | Path = "params.yaml") -> None:
     print(f"MLflow run {run_id} logged to {tracking_uri(cfg)}; compare runs: {runs_table_url(cfg, run_id)}")
 
 
-def runs_table_url(cfg: DictConfig, run_id: str) -> str:
+def runs_table_url(cfg: SoarConfig, run_id: str) -> str:
     """Where the MLflow UI shows this run's experiment as a runs table (MLflow 3 opens on its GenAI
     pages otherwise), with the command that serves a local store."""
     import mlflow

@@ -1,6 +1,7 @@
 """`soarlab sweep ARGS`: a Hydra app over conf/ (primary config conf/sweep_app.yaml) whose task
 function runs one trial (soarlab.sweep.trial.run_trial). ARGS are Hydra's: overrides with sweep
-syntax, `hydra/sweeper=optuna`, `hydra/launcher=ray`, `--cfg job`, `--help`.
+syntax, `hydra/sweeper=optuna`, `hydra/launcher=ray_gpu` (conf/hydra/launcher/: the launchers
+with one GPU per trial), `--cfg job`, `--help`.
 
 Every sweep has a name (`--name NAME`, default: one derived from ARGS). Its folder is
 sweeps/NAME, its MLflow parent run carries the name, and running it again resumes it.
@@ -15,19 +16,9 @@ from pathlib import Path
 
 from soarlab.errors import SoarError
 from soarlab.paths import project_root
-from soarlab.sweep.record import override_key
 from soarlab.tracking.tags import SWEEP_TRIAL_ENV
 
 SWEEPS_DIR = "sweeps"
-# What each launcher gets unless the command line sets it: one GPU per trial wherever trials run,
-# and locally one trial per GPU at once (one at a time without a GPU). Per launcher, because each
-# launcher's config has its own keys.
-LAUNCHER_DEFAULTS = {
-    "joblib": ["hydra.launcher.n_jobs=${soarlab.parallel_trials:}"],
-    "ray": ["++hydra.launcher.ray.remote.num_gpus=1"],
-    "submitit_slurm": ["hydra.launcher.gpus_per_node=1", "hydra.launcher.tasks_per_node=1"],
-}
-DEFAULT_LAUNCHER = "joblib"  # conf/sweep_app.yaml's choice
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a valid part of a git ref (DVC experiment names)
 
 
@@ -59,12 +50,6 @@ def add_overrides(argv: list[str], extra: list[str]) -> list[str]:
         if not token.startswith("-") and previous not in _VALUED and not (previous in ("--info", "-i") and token in _INFO):
             return argv[:i] + extra + argv[i:]
     return argv + extra
-
-
-def launcher_defaults(argv: list[str]) -> list[str]:
-    chosen = next((a.split("=", 1)[1] for a in argv if a.startswith("hydra/launcher=")), DEFAULT_LAUNCHER)
-    given = {override_key(a) for a in argv}
-    return [d for d in LAUNCHER_DEFAULTS.get(chosen, []) if override_key(d) not in given]
 
 
 def default_name(argv: list[str]) -> str:
@@ -118,8 +103,7 @@ def sweep_cli(args) -> int:
     if not {"-m", "--multirun", "--run", "-r", *_PRINT_ONLY} & set(argv):
         argv.insert(0, "--multirun")
     argv = add_overrides(argv, [f"hydra.sweep.dir={root / SWEEPS_DIR / name}",
-                                f"+hydra.job.env_set.{SWEEP_TRIAL_ENV['soarlab.sweep']}={name}",
-                                *launcher_defaults(argv)])
+                                f"+hydra.job.env_set.{SWEEP_TRIAL_ENV['soarlab.sweep']}={name}"])
     sys.argv = ["soarlab sweep", *argv]
     hydra.main(config_path=str(root / "conf"), config_name="sweep_app", version_base="1.3")(run_trial)()
     return 0

@@ -15,9 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from omegaconf import DictConfig
-
 from soarlab.domain import LEVELS
+from soarlab.schema import SoarConfig
 from soarlab.tracking.store import open_store
 
 ROLE_TAG, SWEEP_TAG, TRIAL_TAG, FAILURE_TAG = "soarlab.role", "soarlab.sweep", "soarlab.trial", "soarlab.failure"
@@ -96,7 +95,7 @@ def summary_table(results: Sequence[TrialResult]) -> str:
 
 
 class SweepRecord:
-    def __init__(self, cfg: DictConfig, name: str):
+    def __init__(self, cfg: SoarConfig, name: str):
         self.client, self.experiment_id = open_store(cfg)
         self.name = name
 

@@ -22,13 +22,14 @@ from typing import Callable, Iterator, Sequence
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from soarlab.config import plain
 from soarlab.engines.process import stop_process
 from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
 from soarlab.parent_death import set_parent_death_signal
 from soarlab.paths import project_root
 from soarlab.stages import TRIAL_LOGS_ENV
-from soarlab.schema import validate_sweep, validate_trial
+from soarlab.schema import SoarConfig, validate, validate_sweep, validate_trial
 from soarlab.sweep.lease import gpu_lease, try_lock
 from soarlab.pruning import PrunedTrial
 from soarlab.sweep.pruning import TrialPruning, forget_pruned_evaluate, pruner_config
@@ -38,16 +39,26 @@ from soarlab.tracking.tags import SWEEP_TRIAL_ENV
 # Override keys that configure the sweep itself, not the pipeline: never handed to `dvc exp run -S`.
 _SWEEP_KEYS = ("hydra", "sweep", "trial")
 _EVALUATE_STAGE = "'evaluate'"  # how DVC's output names the first stage that needs the quantized model
+_ABSENT = object()
 _OOM_SIGNS = ("out of memory", "OutOfMemoryError", "MemoryError", "exited with -9", "Killed")
 
 
-def pipeline_overrides(task_overrides: Sequence[str], always: Sequence[str], cfg: DictConfig) -> list[str]:
+def pipeline_overrides(task_overrides: Sequence[str], always: Sequence[str], cfg: SoarConfig) -> list[str]:
     """The trial's pipeline overrides, plus `always` (e.g. engine.port=0) where the trial sets no such key
     and its config has one (engine=external has no port: it starts no server)."""
-    absent = object()
     own = [o for o in task_overrides if override_key(o).split(".")[0] not in _SWEEP_KEYS]
     return own + [o for o in always if override_key(o) not in {override_key(x) for x in own}
-                  and OmegaConf.select(cfg, override_key(o), default=absent) is not absent]
+                  and _has_key(cfg, override_key(o))]
+
+
+def _has_key(cfg: SoarConfig, key: str) -> bool:
+    """Whether the typed config has the dotted `key` (a field of its models or a key of its dicts)."""
+    node: object = cfg
+    for part in key.split("."):
+        node = node.get(part, _ABSENT) if isinstance(node, dict) else getattr(node, part, _ABSENT)
+        if node is _ABSENT:
+            return False
+    return True
 
 
 def _locks(root: Path) -> Path:
@@ -55,11 +66,11 @@ def _locks(root: Path) -> Path:
 
 
 @contextlib.contextmanager
-def quantize_once(root: Path, cfg: DictConfig) -> Iterator[Callable[[], None]]:
+def quantize_once(root: Path, cfg: SoarConfig) -> Iterator[Callable[[], None]]:
     """Trials that share a quant preset (the quantize stage's params) wait until the first of them
     is past quantize; the others then take its checkpoint from DVC's run cache instead of quantizing
     side by side. Yields `release`, which the first trial calls once its quantize stage is done."""
-    preset = {"quant": OmegaConf.to_container(cfg.quant, resolve=True), "model": str(cfg.model.name)}
+    preset = {"quant": plain(cfg.quant), "model": cfg.model.name}
     ident = hashlib.sha256(json.dumps(preset, sort_keys=True).encode()).hexdigest()[:16]
     done = _locks(root) / f"quantize-{ident}.done"
     held = [None if done.exists() else try_lock(_locks(root) / f"quantize-{ident}.lock")]
@@ -86,16 +97,16 @@ def dvc_remote(root: Path, name: str | None, env: dict) -> str | None:
     return (default.stdout.strip() or None) if default.returncode == 0 else None
 
 
-def push_experiment(root: Path, name: str, cfg: DictConfig, remote: str, env: dict, log) -> None:
-    """Send the experiment to the team: its commit to the git remote, its outputs and DVC's run cache
+def push_experiment(root: Path, name: str, git_remote: str, remote: str, env: dict, log) -> None:
+    """Send the experiment to the team: its commit to `git_remote`, its outputs and DVC's run cache
     to the DVC remote, so that a trial elsewhere (`dvc exp run --pull`) takes them instead of re-running."""
-    cmd = ["dvc", "--wait-for-lock", "exp", "push", "--run-cache", "-r", remote, cfg.trial.git_remote, name]
+    cmd = ["dvc", "--wait-for-lock", "exp", "push", "--run-cache", "-r", remote, git_remote, name]
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
     with try_lock(_locks(root) / "push.lock"):
         pushed = subprocess.run(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT).returncode == 0
     if not pushed:
-        print(f"[trial] warning: could not push {name} to git remote {cfg.trial.git_remote!r} and DVC remote "
+        print(f"[trial] warning: could not push {name} to git remote {git_remote!r} and DVC remote "
               f"{remote!r} (see {log.name}); its results stay on this machine", flush=True)
 
 
@@ -188,15 +199,18 @@ def experiment_score(root: Path, name: str, score_path: str) -> dict | None:
 
 def run_trial(cfg: DictConfig) -> float | PrunedTrial | None:
     """Hydra's task function: run one trial (or recall it, when a resumed sweep already finished it)
-    and return its objective (None for a failed trial, PrunedTrial for a pruned one)."""
-    validate_trial(cfg.trial)  # a bad trial.* or sweep.* fails here, in one line, before any work
+    and return its objective (None for a failed trial, PrunedTrial for a pruned one). Hydra hands it a
+    DictConfig; what the trial reads is typed first, so a bad trial.*, sweep.* or pipeline key fails here,
+    in one line, before any work."""
+    trial = validate_trial(cfg.trial)
     validate_sweep(cfg.sweep)
+    pipeline = validate(OmegaConf.masked_copy(cfg, list(SoarConfig.model_fields)), "the trial's config")
     hydra_cfg = HydraConfig.get()
     root = project_root(hydra_cfg.runtime.cwd)
     sweep = os.environ[SWEEP_TRIAL_ENV["soarlab.sweep"]]
-    overrides = pipeline_overrides(hydra_cfg.overrides.task, cfg.trial.always, cfg)
+    overrides = pipeline_overrides(hydra_cfg.overrides.task, trial.always, pipeline)
     key = trial_key(overrides)
-    record = SweepRecord(cfg, sweep)
+    record = SweepRecord(pipeline, sweep)
     earlier = record.finished(key)
     if earlier is not None:
         print(f"[trial] {earlier.line()}  (finished earlier in this sweep; not run again)", flush=True)
@@ -208,19 +222,19 @@ def run_trial(cfg: DictConfig) -> float | PrunedTrial | None:
     pruner = pruner_config(cfg, hydra_cfg)
     pruning = None if pruner is None else TrialPruning(Path(hydra_cfg.sweep.dir), sweep, pruner, cfg.sweep, logs_dir, key)
     started = time.time()
-    with open(log_path, "a") as log, quantize_once(root, cfg) as quantized, \
-            gpu_lease(Path(cfg.trial.jit_cache_dir).expanduser()) as lease:
+    with open(log_path, "a") as log, quantize_once(root, pipeline) as quantized, \
+            gpu_lease(Path(trial.jit_cache_dir).expanduser()) as lease:
         env = {**os.environ, **lease.env, SWEEP_TRIAL_ENV["mlflow.parentRunId"]: record.parent_id() or "",
                SWEEP_TRIAL_ENV["soarlab.trial"]: key, TRIAL_LOGS_ENV: str(logs_dir.resolve()),
                **(pruning.env() if pruning else {})}
-        remote = dvc_remote(root, cfg.trial.remote, env)
-        returncode = run_experiment(root, name, overrides, env, float(cfg.trial.timeout_s), log, quantized,
+        remote = dvc_remote(root, trial.remote, env)
+        returncode = run_experiment(root, name, overrides, env, trial.timeout_s, log, quantized,
                                      pull=remote is not None, on_poll=pruning.poll if pruning else None)
         if returncode == 0 and remote is not None:
-            push_experiment(root, name, cfg, remote, env, log)
+            push_experiment(root, name, trial.git_remote, remote, env, log)
     tags = {"soarlab.gpu": lease.gpu or "none", "soarlab.trial_started": f"{started:.3f}",
             "soarlab.trial_ended": f"{time.time():.3f}", "soarlab.trial_log": str(log_path)}
-    result = _result(root, name, overrides, returncode, log_path, cfg, float(cfg.trial.timeout_s))
+    result = _result(root, name, overrides, returncode, log_path, pipeline.paths.reports, trial.timeout_s)
     if pruning is not None:
         pruning.finish(result.objective)
         if result.pruned is not None:
@@ -241,14 +255,14 @@ def run_trial(cfg: DictConfig) -> float | PrunedTrial | None:
 
 
 def _result(root: Path, name: str, overrides: list[str], returncode: int | None, log_path: Path,
-            cfg: DictConfig, timeout_s: float) -> TrialResult:
+            reports: str, timeout_s: float) -> TrialResult:
     if returncode is None:
         return TrialResult(overrides, failure=f"timeout: still running after {timeout_s:.0f} s (trial.timeout_s)")
     if returncode != 0:
         return TrialResult(overrides, failure=failure_reason(log_path.read_text(errors="replace"), returncode))
-    score = experiment_score(root, name, f"{cfg.paths.reports}/score.json")
+    score = experiment_score(root, name, f"{reports}/score.json")
     if score is None:
-        return TrialResult(overrides, failure=f"experiment {name} has no {cfg.paths.reports}/score.json")
+        return TrialResult(overrides, failure=f"experiment {name} has no {reports}/score.json")
     if score.get("pruned"):
         return TrialResult(overrides, pruned=score["pruned_reason"])
     durations = {lvl: score.get(level_key(lvl, "duration_s")) for lvl in LEVELS}

@@ -20,7 +20,7 @@ from typing import Literal, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from soarlab.atomic import atomic_dir
-from soarlab.domain import CORPUS_PATH
+from soarlab.corpus import CORPUS_PATH
 from soarlab.tiny.embedded import CHECKPOINT_DIR
 
 SPEC_PATH = Path(__file__).parent / "spec.yaml"

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
+from soarlab.schema import SoarConfig
 from soarlab.tracking.store import open_store
 
 
-def recorded_durations(cfg, speed_set_sha: str, run_id: str | None = None) -> list[dict[str, float]]:
+def recorded_durations(cfg: SoarConfig, speed_set_sha: str, run_id: str | None = None) -> list[dict[str, float]]:
     """Per-level durations of finished valid runs of this model on this speed set (or of one run)."""
     client, experiment_id = open_store(cfg)
     if run_id:

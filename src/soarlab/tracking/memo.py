@@ -1,10 +1,11 @@
 """Answers read from the MLflow store, remembered while the store is unchanged.
 
-A no-op `dvc repro` still runs `reference` and `track` (dvc.yaml `always_changed`: the store is state DVC
-cannot see), and opening the store (MLflow's import, its schema check) costs seconds. For a local sqlite
-store, its size and modification time change with every write (a new run, a deleted run, a recorded
-submission, a new file), so an answer recorded at the same stamp is still true and MLflow need not be
-asked. A tracking server has no such stamp: it is asked every time. The memo lives in the owning
+`reference` and `track` run again whenever the store changed (the `inputs` stage records its stamp,
+soarlab.tracking.store.store_stamp), and opening the store (MLflow's import, its schema check) costs
+seconds. For a local sqlite store, its size and modification time change with every write (a new run, a
+deleted run, a recorded submission, a new file), so an answer recorded at the same stamp is still true
+and MLflow need not be asked (e.g. track's own run, just written: the next `dvc repro` re-runs track for
+it, and track answers from here). A tracking server has no such stamp: it is asked every time. The memo lives in the owning
 project's `.dvc/tmp/` (shared with DVC's temporary experiment copies; one answer per kind, keyed by what
 was asked), written atomically; a lost or stale memo only means asking MLflow again.
 """
@@ -17,23 +18,14 @@ from typing import Any
 
 from soarlab.atomic import write_json
 from soarlab.paths import owning_project_root
-from soarlab.tracking.store import sqlite_file, tracking_uri
+from soarlab.schema import SoarConfig
+from soarlab.tracking.store import store_stamp
 
 
 def _memo_file() -> Path | None:
     """In the project's DVC folder (None outside a DVC project: nothing is remembered there)."""
     dvc = owning_project_root() / ".dvc"
     return dvc / "tmp" / "soarlab-store-memo.json" if dvc.is_dir() else None
-
-
-def store_stamp(cfg) -> str | None:
-    """The sqlite store's path, size and modification time; None for a server or a store not made yet."""
-    db = sqlite_file(tracking_uri(cfg))
-    try:
-        st = db.stat() if db is not None else None
-    except FileNotFoundError:
-        return None
-    return None if st is None else f"{db}:{st.st_size}:{st.st_mtime_ns}"
 
 
 def _read() -> dict:
@@ -44,7 +36,7 @@ def _read() -> dict:
         return {}
 
 
-def recall(cfg, kind: str, key: Any) -> Any | None:
+def recall(cfg: SoarConfig, kind: str, key: Any) -> Any | None:
     """The answer remembered for `kind` asked with `key`, if the store has not changed since."""
     entry = _read().get(kind)
     stamp = store_stamp(cfg)
@@ -53,7 +45,7 @@ def recall(cfg, kind: str, key: Any) -> Any | None:
     return entry.get("value")
 
 
-def remember(cfg, kind: str, key: Any, value: Any) -> None:
+def remember(cfg: SoarConfig, kind: str, key: Any, value: Any) -> None:
     """Record `value` as the answer for `kind` and `key` at the store's current stamp."""
     stamp, path = store_stamp(cfg), _memo_file()
     if stamp is None or path is None:

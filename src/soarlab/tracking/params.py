@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 
 from soarlab.config import flatten
+from soarlab.schema import SoarConfig
 
 # MLflow rejects param values over this many characters.
 _MAX_PARAM_CHARS = 6000
 
 
-def run_params(cfg) -> dict[str, str]:
-    """The flattened config as MLflow stores it: strings, JSON for non-strings, cut to MLflow's limit."""
-    params = {k: v if isinstance(v, str) else json.dumps(v) for k, v in flatten(cfg).items()}
+def run_params(data: dict) -> dict[str, str]:
+    """The config as written (soarlab.config.params_data / composed_data), flattened as MLflow stores it:
+    strings, JSON for non-strings, cut to MLflow's limit."""
+    params = {k: v if isinstance(v, str) else json.dumps(v) for k, v in flatten(data).items()}
     return {k: v[:_MAX_PARAM_CHARS] for k, v in params.items()}
 
 
@@ -36,24 +38,24 @@ def overrides_of(params: dict[str, str], incidental) -> list[str]:
     """The Hydra overrides that compose `params` from conf/: the presets that differ (`engine=sglang`),
     then the keys that differ from those presets (else two sweep trials of engine=sglang that differ in
     one flag would look alike)."""
-    from soarlab.config import compose
+    from soarlab.config import composed_data
     from soarlab.errors import SoarError
 
     def is_preset(item: str) -> bool:  # `engine=sglang`, not `engine.port=0`
         return "." not in item.split("=", 1)[0]
 
-    default = run_params(compose())
+    default = run_params(composed_data())
     presets = [d for d in config_delta(params, default, incidental) if is_preset(d)]
     try:
-        reference = run_params(compose(presets))
+        reference = run_params(composed_data(presets))
     except SoarError:  # a group `name` set by hand, not a preset in conf/: its keys follow it, unnamed
         reference = default
     return presets + [d for d in config_delta(params, reference, incidental) if not is_preset(d)]
 
 
-def run_name(cfg, params: dict[str, str]) -> str:
+def run_name(cfg: SoarConfig, params: dict[str, str]) -> str:
     """'gptq_w4', 'none', 'gptq_w4 · engine=sglang, engine.server_args.kv-cache-dtype=fp8_e4m3': the preset
     and what changed (incidental keys left out)."""
     rest = [d for d in overrides_of(params, cfg.decide.incidental_params) if not d.startswith("quant=")]
-    name = str(cfg.quant.name) + (" · " + ", ".join(rest) if rest else "")
+    name = cfg.quant.name + (" · " + ", ".join(rest) if rest else "")
     return name if len(name) <= 250 else name[:249] + "…"

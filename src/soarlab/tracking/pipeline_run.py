@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Iterator
 
 from soarlab.atomic import is_temp_output
+from soarlab.config import params_data
 from soarlab.domain import LEVELS
+from soarlab.schema import SoarConfig
 from soarlab.tracking import run_page
 from soarlab.tracking.params import run_name, run_params
 from soarlab.tracking.stage_times import pipeline_start_ms
@@ -37,14 +39,14 @@ def _in_temp_output(path: Path, reports: Path) -> bool:
     return any(is_temp_output(Path(part)) for part in path.relative_to(reports).parts)
 
 
-def run_with_inputs(cfg, digest: str) -> str | None:
+def run_with_inputs(cfg: SoarConfig, digest: str) -> str | None:
     """The id of a run already logged from exactly these inputs (a no-op re-run), or None."""
     client, experiment_id = open_store(cfg)
     found = client.search_runs([experiment_id], filter_string=f"tags.`{run_page.INPUTS_DIGEST_TAG}` = '{digest}'", max_results=1)
     return found[0].info.run_id if found else None
 
 
-def log_pipeline_run(cfg, reports: Path, params_file: Path, speed_set_sha: str = "", inputs_digest: str = "",
+def log_pipeline_run(cfg: SoarConfig, reports: Path, params_file: Path, speed_set_sha: str = "", inputs_digest: str = "",
                      root: Path | None = None) -> str:
     """Log one MLflow run from the files under `reports` (`root`: the project, default the params file's folder);
     return its id."""
@@ -54,7 +56,7 @@ def log_pipeline_run(cfg, reports: Path, params_file: Path, speed_set_sha: str =
     root = params_file.parent if root is None else root
     tags = {**run_tags(cfg, speed_set_sha), **({run_page.INPUTS_DIGEST_TAG: inputs_digest} if inputs_digest else {})}
     tags["mlflow.note.content"] = recipe_markdown(tags)
-    params = run_params(cfg)
+    params = run_params(params_data(params_file))  # as written: `0`, not the typed `0.0`
     run = client.create_run(
         experiment_id, start_time=pipeline_start_ms(reports), run_name=run_name(cfg, params), tags=tags
     )

@@ -17,6 +17,8 @@ from pathlib import Path
 import yaml
 
 from soarlab.datasets.soar import file_sha256
+from soarlab.schema import SoarConfig
+from soarlab.tracking.store import STAMP_REPORT
 from soarlab.tracking.tags import reproduction_steps
 
 INPUTS_DIGEST_TAG = "soarlab.inputs_digest"
@@ -26,19 +28,21 @@ _DIGEST_CHARS = 32
 
 def inputs_digest(reports: Path, params_file: Path, context: dict[str, str]) -> str:
     """sha256 over the config and every report a stage wrote: equal when nothing re-ran. Left out: logs,
-    and reference.json, which the always-run reference stage rewrites (its count of recorded runs grows
-    with every run); what it changes that matters, the best durations, shows in score.json.
+    the store's stamp (store.STAMP_REPORT: every logged run changes it), and reference.json, which the
+    reference stage rewrites when the store changed (its count of recorded runs grows with every run);
+    what it changes that matters, the best durations, shows in score.json.
     `context`: the sweep trial it is (tracking.tags.run_context): a trial is its own run, a child of its
     sweep's, even where its results equal an earlier run's (all its stages came from DVC's cache)."""
     digest = hashlib.sha256(params_file.read_bytes())
     digest.update(json.dumps(context, sort_keys=True).encode())
-    skipped = {"logs", "reference.json"}
-    for path in sorted(p for p in reports.rglob("*") if p.is_file() and p.relative_to(reports).parts[0] not in skipped):
+    skipped = {("logs",), ("reference.json",), STAMP_REPORT}
+    for path in sorted(p for p in reports.rglob("*") if p.is_file()
+                       and not any(p.relative_to(reports).parts[:len(s)] == s for s in skipped)):
         digest.update(str(path.relative_to(reports)).encode() + b"\0" + file_sha256(path).encode())
     return digest.hexdigest()
 
 
-def dataset_inputs(cfg, data_dir: Path) -> list:
+def dataset_inputs(cfg: SoarConfig, data_dir: Path) -> list:
     from mlflow.entities import Dataset, DatasetInput, InputTag
 
     sets = (("speed", "speed set", data_dir / "speed.jsonl"), ("correctness", "correctness set", data_dir / "correctness.jsonl"))
@@ -56,25 +60,25 @@ def dataset_inputs(cfg, data_dir: Path) -> list:
     return inputs
 
 
-def checkpoint_out(root: Path, cfg) -> dict:
+def checkpoint_out(root: Path, cfg: SoarConfig) -> dict:
     """The quantized model's entry in dvc.lock (path, md5, size, nfiles), or {} before DVC recorded it."""
     lock = root / "dvc.lock"
     if not lock.is_file():
         return {}
     stages = (yaml.safe_load(lock.read_text()) or {}).get("stages", {})
     for out in stages.get("quantize", {}).get("outs", []):
-        if out.get("path") == str(cfg.paths.quantized_model):
+        if out.get("path") == cfg.paths.quantized_model:
             return out
     return {}
 
 
-def log_checkpoint(client, experiment_id: str, run_id: str, cfg, root: Path, tags: dict[str, str]) -> str:
+def log_checkpoint(client, experiment_id: str, run_id: str, cfg: SoarConfig, root: Path, tags: dict[str, str]) -> str:
     """A logged model that points at the DVC-versioned checkpoint (a pointer file, not gigabytes)."""
     from mlflow.entities import LoggedModelOutput, LoggedModelStatus
 
     out = checkpoint_out(root, cfg)
     pointer = {
-        "path": str(cfg.paths.quantized_model),
+        "path": cfg.paths.quantized_model,
         "dvc_md5": out.get("md5"), "size_bytes": out.get("size"), "nfiles": out.get("nfiles"),
         "git_commit": tags.get("git.commit"), "dvc_experiment": tags.get("dvc.experiment"),
         "get_it": reproduction_steps(tags),
@@ -82,7 +86,7 @@ def log_checkpoint(client, experiment_id: str, run_id: str, cfg, root: Path, tag
     model = client.create_logged_model(
         experiment_id, name=f"checkpoint-{cfg.quant.name}", source_run_id=run_id, model_type="quantized checkpoint",
         tags={"soarlab.dvc_path": pointer["path"], **({"soarlab.dvc_md5": out["md5"]} if out.get("md5") else {})},
-        params={"quant.name": str(cfg.quant.name), "model.name": str(cfg.model.name)},
+        params={"quant.name": cfg.quant.name, "model.name": cfg.model.name},
     )
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "checkpoint.dvc-pointer.yaml").write_text(yaml.safe_dump(pointer, sort_keys=False))

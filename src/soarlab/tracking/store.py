@@ -6,6 +6,7 @@ import contextlib
 from pathlib import Path
 
 from soarlab.paths import owning_project_root
+from soarlab.schema import SoarConfig
 
 # MLflow 3's UI opens an experiment on its GenAI pages unless this experiment tag says otherwise
 # (read by the experiment page in mlflow/server/js; "genai_development" is the other value).
@@ -13,14 +14,29 @@ EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 RUNS_TABLE_KIND = "custom_model_development"
 
 
-def tracking_uri(cfg) -> str:
+def tracking_uri(cfg: SoarConfig) -> str:
     if cfg.tracking.uri:
-        return str(cfg.tracking.uri)
+        return cfg.tracking.uri
     return f"sqlite:///{owning_project_root() / 'mlflow.db'}"
 
 
 def sqlite_file(uri: str) -> Path | None:
     return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
+# Where the inputs stage records store_stamp, under the reports folder (dvc.yaml lists it for reference and track).
+STAMP_REPORT = ("inputs", "store.json")
+
+
+def store_stamp(cfg: SoarConfig) -> str | None:
+    """The sqlite store's path, size and modification time, which every write changes; None for a tracking
+    server (no such stamp) or a store not made yet."""
+    db = sqlite_file(tracking_uri(cfg))
+    try:
+        st = db.stat() if db is not None else None
+    except FileNotFoundError:
+        return None
+    return None if st is None else f"{db}:{st.st_size}:{st.st_mtime_ns}"
 
 
 def _store_lock(uri: str):
@@ -35,7 +51,7 @@ def _store_lock(uri: str):
     return FileLock(f"{db}.lock")
 
 
-def inputs_lock(cfg):
+def inputs_lock(cfg: SoarConfig):
     """Held from looking up a run with these inputs to creating it, so that two `track`s of the same
     inputs at once log one run, not two. Beside a sqlite store; for a tracking server, one per server
     on this machine (runs on other machines are not covered)."""
@@ -53,7 +69,7 @@ def inputs_lock(cfg):
     return FileLock(path)
 
 
-def open_store(cfg):
+def open_store(cfg: SoarConfig):
     """(MlflowClient, experiment id) of `tracking.experiment`, created on first use."""
     import mlflow
 

@@ -7,6 +7,8 @@ import os
 import platform
 import subprocess
 
+from soarlab.schema import SoarConfig
+
 # Tags a `soarlab sweep` trial hands to its pipeline's run through the environment (tag -> variable):
 # the parent run makes the run a child of the sweep's run in the MLflow UI.
 SWEEP_TRIAL_ENV = {
@@ -34,7 +36,7 @@ def _git(*args: str) -> str:
         return ""
 
 
-def run_tags(cfg, speed_set_sha: str) -> dict[str, str]:
+def run_tags(cfg: SoarConfig, speed_set_sha: str) -> dict[str, str]:
     tags = {
         "git.commit": _git("rev-parse", "HEAD"),
         # dvc.lock, params.yaml and score.json (a metric kept in git) are rewritten by the pipeline itself.
@@ -42,9 +44,9 @@ def run_tags(cfg, speed_set_sha: str) -> dict[str, str]:
                                    ":!params.yaml", f":!{cfg.paths.reports}/score.json"))),
         "dvc.experiment": os.environ.get("DVC_EXP_NAME", ""),
         "dvc.baseline_rev": os.environ.get("DVC_EXP_BASELINE_REV", ""),
-        "soarlab.model": str(cfg.model.name),
-        "soarlab.quant": str(cfg.quant.name),
-        "soarlab.engine": str(cfg.engine.name),
+        "soarlab.model": cfg.model.name,
+        "soarlab.quant": cfg.quant.name,
+        "soarlab.engine": cfg.engine.name,
         "soarlab.speed_set_sha": speed_set_sha,
         # Between-run noise is a property of the machine (soarlab.decide.noise keeps a record per machine).
         MACHINE_TAG: platform.node(),
