@@ -14,6 +14,18 @@ from soarlab.engines.container import listening
 from soarlab.errors import SoarError
 
 
+def own_sockets() -> set[tuple[str, int]]:
+    """What this process listens on, read as check_binds reads a container's processes."""
+    targets = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            targets.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+    tables = "".join(open(f"/proc/self/net/{table}").read() for table in ("tcp", "tcp6"))
+    return listening(targets, tables)
+
+
 def test_listening_sees_this_process_sockets_and_their_addresses():
     with socket.socket() as loop, socket.socket() as anywhere, socket.socket(socket.AF_INET6) as v6, socket.socket() as idle:
         loop.bind(("127.0.0.1", 0))
@@ -23,13 +35,13 @@ def test_listening_sees_this_process_sockets_and_their_addresses():
         v6.bind(("::", 0))
         v6.listen()
         idle.bind(("127.0.0.1", 0))  # bound, not listening: not a server
-        found = listening([os.getpid()])
+        found = own_sockets()
         assert ("127.0.0.1", loop.getsockname()[1]) in found
         assert ("0.0.0.0", anywhere.getsockname()[1]) in found
         assert ("::", v6.getsockname()[1]) in found
         assert all(port != idle.getsockname()[1] for _, port in found)
         closed = loop.getsockname()
-    assert closed not in listening([os.getpid()])
+    assert closed not in own_sockets()
 
 
 def test_podman_conf_limits_are_this_hosts_hard_limits(tmp_path):

@@ -58,12 +58,6 @@ class ContainerCLI:
         out = self.run(["ps", "-a", "-q", "--filter", f"name=^{name}$"], timeout=60).stdout
         return out.split()
 
-    def host_pids(self, name: str) -> list[int]:
-        """Host process ids of a running container's processes."""
-        args = ["top", name, "hpid"] if self.name == "podman" else ["top", name, "-o", "pid"]
-        lines = self.run(args, timeout=60).stdout.splitlines()[1:]
-        return [int(word) for line in lines for word in line.split()[:1] if word.isdigit()]
-
 
 def hard_limit_ulimits() -> dict[str, int]:
     """nofile and nproc at the host's hard limits (nproc also capped by pid_max), read now."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import os
 from pathlib import Path
 from typing import Iterator
 
@@ -36,30 +35,28 @@ def _addr(hex_addr: str) -> tuple[str, int]:
     return str(addr), int(port_hex, 16)
 
 
-def listening(pids: list[int]) -> set[tuple[str, int]]:
-    """(address, port) of every TCP socket the processes `pids` listen on (read from /proc)."""
-    inodes: set[str] = set()
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                with contextlib.suppress(OSError):
-                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                    if target.startswith("socket:["):
-                        inodes.add(target[8:-1])
+def listening(fd_targets: list[str], tcp_tables: str) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket that processes listen on, from their descriptors' link targets
+    (`socket:[INODE]`) and the text of their network namespace's /proc/net/tcp and tcp6."""
+    inodes = {target[8:-1] for target in fd_targets if target.startswith("socket:[")}
     found = set()
-    for pid in pids[:1]:
-        for table in ("tcp", "tcp6"):
-            with contextlib.suppress(OSError):
-                for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
-                    cols = line.split()
-                    if cols[3] == "0A" and cols[9] in inodes:  # 0A = LISTEN
-                        found.add(_addr(cols[1]))
+    for line in tcp_tables.splitlines():
+        cols = line.split()
+        if len(cols) > 9 and cols[3] == "0A" and cols[9] in inodes:  # 0A = LISTEN (the headers have no inode)
+            found.add(_addr(cols[1]))
     return found
+
+
+# Run inside the container: its pid namespace holds only its own processes, so this works wherever the
+# engine runs it, also where the engine cannot map them to host pids (Podman inside a container).
+_SOCKETS_SCRIPT = "for f in /proc/[0-9]*/fd/*; do readlink \"$f\"; done 2>/dev/null; echo '#tables'; cat /proc/net/tcp /proc/net/tcp6 2>/dev/null"
 
 
 def check_binds(cli: ContainerCLI, name: str, host: str, port: int) -> None:
     """The server listens on host:port and nowhere else."""
-    socks = listening(cli.host_pids(name))
+    out = cli.run(["exec", name, "sh", "-c", _SOCKETS_SCRIPT], timeout=60).stdout
+    targets, _, tables = out.partition("#tables\n")
+    socks = listening(targets.splitlines(), tables)
     told = {(str(ipaddress.ip_address("127.0.0.1" if host == "localhost" else host)), port)}
     if socks != told:
         raise SoarError(f"the container's processes listen on {sorted(socks) or 'nothing'}, not only on {host}:{port}",

@@ -5,8 +5,8 @@ soarlab.tracking.store.store_stamp), and opening the store (MLflow's import, its
 seconds. For a local sqlite store, its size and modification time change with every write (a new run, a
 deleted run, a recorded submission, a new file), so an answer recorded at the same stamp is still true
 and MLflow need not be asked (e.g. track's own run, just written: the next `dvc repro` re-runs track for
-it, and track answers from here). A tracking server has no such stamp: it is asked every time. The memo lives in the owning
-project's `.dvc/tmp/` (shared with DVC's temporary experiment copies; one answer per kind, keyed by what
+it, and track answers from here). A tracking server has no such stamp: it is asked every time. The memo
+lives in the owning project's `.dvc/tmp/` (shared with DVC's temporary experiment copies; one answer per kind, keyed by what
 was asked), written atomically; a lost or stale memo only means asking MLflow again.
 """
 

@@ -35,9 +35,13 @@ def inputs_digest(reports: Path, params_file: Path, context: dict[str, str]) -> 
     sweep's, even where its results equal an earlier run's (all its stages came from DVC's cache)."""
     digest = hashlib.sha256(params_file.read_bytes())
     digest.update(json.dumps(context, sort_keys=True).encode())
-    skipped = {("logs",), ("reference.json",), STAMP_REPORT}
-    for path in sorted(p for p in reports.rglob("*") if p.is_file()
-                       and not any(p.relative_to(reports).parts[:len(s)] == s for s in skipped)):
+    skipped = {("logs",), ("reference.json",), STAMP_REPORT}  # path parts under reports/
+
+    def is_skipped(path: Path) -> bool:
+        parts = path.relative_to(reports).parts
+        return any(parts[:len(prefix)] == prefix for prefix in skipped)
+
+    for path in sorted(p for p in reports.rglob("*") if p.is_file() and not is_skipped(p)):
         digest.update(str(path.relative_to(reports)).encode() + b"\0" + file_sha256(path).encode())
     return digest.hexdigest()
 
