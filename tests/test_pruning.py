@@ -136,3 +136,22 @@ def test_a_slow_serving_setting_is_pruned_during_s1(project):
     assert slow_run.data.metrics["pruning.requests"] == 2 and slow_run.data.metrics["pruning.of"] == 8
     # Stopped during S1's first run: far fewer requests than S1's runs, S8 and Smax would have sent.
     assert slow_requests < 4 + 8 * 3, slow_requests
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_the_optuna_sweeper_takes_any_optuna_pruner_from_config(project):
+    """`hydra.sweeper.pruner`: one of Optuna's own pruners, named in config, prunes the trial and the
+    sweeper's study records it as PRUNED. ThresholdPruner(lower=0.5) prunes a trial whose first report
+    (C at the accuracy step) is below 0.5; gptq_w4 scores C = 0 on the tiny default (the test above)."""
+    import sqlite3
+
+    dest, _ = project
+    out = sweep(project, "--name", "optuna-pruned", "bench.dataset.num_requests=4", "hydra/sweeper=optuna",
+                "hydra.sweeper.n_trials=1", "quant=choice(gptq_w4)",
+                "hydra.sweeper.pruner={_target_: optuna.pruners.ThresholdPruner, lower: 0.5}")
+    (run,) = trial_runs(dest, "optuna-pruned").values()
+    assert "ThresholdPruner pruned it at step 0" in run.data.tags["soarlab.pruned"], out[-3000:]
+    assert "bench.S1_duration_s" not in run.data.metrics and "PRUNED" in out
+    db = sqlite3.connect(dest / "sweeps" / "optuna-pruned" / "optuna.db")
+    assert [s for (s,) in db.execute("select state from trials")] == ["PRUNED"]
