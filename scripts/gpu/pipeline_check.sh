@@ -23,7 +23,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 PY=${PY:-$(command -v python3)}
 WORK=${WORK:-/tmp/soarlab_pipeline}
 MODEL=$WORK/small_llama
-BASE=${BASE:-"engine=sglang engine.server_args.attention-backend=triton engine.server_args.dense-as-sparse=false
+# engine.python: SGLang is imported from the packs on PYTHONPATH, by this Python (no .venv-sglang here)
+BASE=${BASE:-"engine=sglang engine.python=$PY engine.server_args.attention-backend=triton engine.server_args.dense-as-sparse=false
   +engine.server_args.cuda-graph-max-bs=8 +engine.server_args.mem-fraction-static=0.5"}
 SIZE=${SIZE:-"bench.dataset.num_requests=4 eval.limit=4"}  # how much each trial's bench and accuracy run
 BASE="model.source=local model.local_path=$MODEL quant=none $SIZE $BASE"
