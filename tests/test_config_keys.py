@@ -9,8 +9,8 @@ names (`qcfg` is `quant`, `eval_cfg` is `eval`, ...) and off local names bound t
 (`ref = cfg.score.reference`), is resolved against SoarConfig: an attribute must be a field of the
 model it is read from (for the engine union: of some engine) or a pydantic method (`model_dump`);
 `["b"]` and `.get("b")` are only for the schema's dict fields (a model has neither: the engine
-union is told apart by type, not probed with `.get`). The sweep's `trial.*` (conf/sweep_app.yaml)
-resolve against soarlab.schema.SweepTrial; `hydra.*` is Hydra's own and skipped.
+union is told apart by type, not probed with `.get`). The sweep's `trial.*` and `sweep.*` (conf/sweep_app.yaml)
+resolve against soarlab.schema.SweepTrial and SweepPruning; `hydra.*` is Hydra's own and skipped.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from conftest import ROOT
 from soarlab.config import compose
 from soarlab.errors import SoarError
-from soarlab.schema import SoarConfig, SweepTrial, validate_trial
+from soarlab.schema import SoarConfig, SweepPruning, SweepTrial, validate_sweep, validate_trial
 
 PKG = ROOT / "src" / "soarlab"
 # Names the code gives the config and its groups (parameters and locals), and where each points.
@@ -128,7 +128,8 @@ def test_no_module_reads_a_key_outside_the_schema():
     for path in sorted(PKG.rglob("*.py")):
         by_root = {}
         for line, keys in reads(path):
-            if keys[0] in HYDRA_KEYS or resolves(SoarConfig, keys) or (keys[0] == "trial" and resolves(SweepTrial, keys[1:])):
+            sweep_app = {"trial": SweepTrial, "sweep": SweepPruning}.get(keys[0])
+            if keys[0] in HYDRA_KEYS or resolves(SoarConfig, keys) or (sweep_app and resolves(sweep_app, keys[1:])):
                 continue
             by_root.setdefault(tuple(keys), line)
         unknown += [f"{path.relative_to(ROOT)}:{line}: {'.'.join(k)}" for k, line in by_root.items()]
@@ -152,6 +153,13 @@ def test_the_sweeps_trial_keys_are_typed():
         validate_trial({**trial, "timeout_s": -1})
     with pytest.raises(SoarError, match=r"trial\.retries .*unknown key"):
         validate_trial({**trial, "retries": 2})
+
+
+def test_the_sweeps_pruning_keys_are_typed():
+    pruning = yaml.safe_load((ROOT / "conf" / "sweep_app.yaml").read_text())["sweep"]
+    assert validate_sweep(pruning).prune is False
+    with pytest.raises(SoarError, match=r"sweep\.s1_fraction .*less than 1"):
+        validate_sweep({**pruning, "s1_fraction": 2})
 
 
 def test_the_typed_config_refuses_an_unknown_key_at_run_time():

@@ -7,9 +7,15 @@
 # The model is the small Llama of models.py (SGLang 0.5.17 cannot serve MiniCPM-SALA's shape).
 #   bash scripts/gpu/pipeline_check.sh PROJECT OUT
 # PROJECT: a copy of the checkout's files (no .git needed: this makes the git repo DVC needs); OUT: results.
-# Environment: PY (default python3), BASE (what every trial gets), SWEEP, GIT_DEB (git's .deb, for a
-# host without git). run.sh runs it as the step `pipeline`, with the packs on PYTHONPATH. On a CPU,
+# Environment: PY (default python3), BASE (what every trial gets), SIZE (its bench and accuracy sizes),
+# SWEEP, GIT_DEB (git's .deb, for a host without git). run.sh runs it as the step `pipeline`, with the packs on PYTHONPATH. On a CPU,
 # BASE="engine=transformers" (or engine=external) rehearses all of it but SGLang (scripts/README.md).
+# PRUNING=1 measures pruning instead (docs/PERFORMANCE.md "Pruning on the GPU"): one `dvc exp run` of BASE
+# first (upstream stages cached, JIT warm), then SWEEP twice in this one project, without and with
+# sweep.prune=true. eval.retries (1 and 2: a retry is only made for a failed request) tells the two
+# sweeps' evaluate apart, so neither restores the other's from DVC's run cache. results.json then
+# holds each trial's GPU-seconds (the trial holds its GPU lease from start to end) and their sum until
+# each sweep's best trial had finished.
 set -euo pipefail
 SRC=$(cd "$1" && pwd)
 OUT=$(mkdir -p "$2" && cd "$2" && pwd)
@@ -17,9 +23,11 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 PY=${PY:-$(command -v python3)}
 WORK=${WORK:-/tmp/soarlab_pipeline}
 MODEL=$WORK/small_llama
-BASE=${BASE:-"engine=sglang engine.server_args.attention-backend=triton engine.server_args.dense-as-sparse=false
+# engine.python: SGLang is imported from the packs on PYTHONPATH, by this Python (no .venv-sglang here)
+BASE=${BASE:-"engine=sglang engine.python=$PY engine.server_args.attention-backend=triton engine.server_args.dense-as-sparse=false
   +engine.server_args.cuda-graph-max-bs=8 +engine.server_args.mem-fraction-static=0.5"}
-BASE="model.source=local model.local_path=$MODEL quant=none bench.dataset.num_requests=4 eval.limit=4 $BASE"
+SIZE=${SIZE:-"bench.dataset.num_requests=4 eval.limit=4"}  # how much each trial's bench and accuracy run
+BASE="model.source=local model.local_path=$MODEL quant=none $SIZE $BASE"
 SWEEP=${SWEEP:-"+engine.server_args.kv-cache-dtype=auto,fp8_e4m3,fp8_e5m2"}
 
 # `soarlab` and `dvc` as the stages' commands call them; each stage imports the src/ of the workspace
@@ -57,13 +65,25 @@ collect() {  # also when the step's time limit stops this: what finished comes b
 trap collect EXIT
 stamped() { while IFS= read -r line; do printf '%(%T)T %s\n' -1 "$line"; done; }  # when each trial ended
 
-t1=$(date +%s)
-# shellcheck disable=SC2086  # the override lists are word lists
-soarlab sweep --name gpu $BASE $SWEEP 2>&1 | stamped | tee "$OUT/sweep.log" || echo "the sweep exited with $?"
-echo "SWEEP wall_s=$(( $(date +%s) - t1 ))" | tee -a "$OUT/times.txt"
+sweep() {  # NAME OVERRIDE...: one sweep of SWEEP on BASE, each trial's end stamped
+  local name=$1 t1; shift; t1=$(date +%s)
+  # shellcheck disable=SC2086  # the override lists are word lists
+  soarlab sweep --name "$name" $BASE "$@" $SWEEP 2>&1 | stamped | tee "$OUT/$name.log" || echo "the sweep exited with $?"
+  echo "SWEEP $name wall_s=$(( $(date +%s) - t1 ))" | tee -a "$OUT/times.txt"
+}
+if [ -z "${PRUNING:-}" ]; then
+  sweep gpu
+else
+  t1=$(date +%s)
+  # shellcheck disable=SC2046,SC2086
+  dvc exp run --temp -n warm $(printf -- '-S %s ' $BASE) > "$OUT/warm.log" 2>&1 || echo "the warm-up run exited with $?"
+  echo "WARM wall_s=$(( $(date +%s) - t1 ))" | tee -a "$OUT/times.txt"
+  sweep plain eval.retries=1
+  sweep pruned eval.retries=2 sweep.prune=true
+fi
 
 collect && trap - EXIT
-# results.json: the wall times and what MLflow holds per run
+# results.json: the wall times, what MLflow holds per run, and per sweep its trials' GPU-seconds
 "$PY" - "$OUT" <<'EOF'
 import json, sqlite3, sys
 out = sys.argv[1]
@@ -71,7 +91,26 @@ con = sqlite3.connect(f"{out}/mlflow.db")
 rows = con.execute("select r.name, m.key, m.value from runs r join latest_metrics m on m.run_uuid = r.run_uuid "
                    "where m.key like '%final' or m.key like '%performance' or m.key like '%duration_s' "
                    "order by r.start_time, m.key").fetchall()
+tags = {}
+for run, key, value in con.execute("select run_uuid, key, value from tags"):
+    tags.setdefault(run, {})[key] = value
+sweeps = {}
+for parent, t in tags.items():
+    if t.get("soarlab.role") != "sweep":
+        continue
+    trials = sorted((c for c in tags.values() if c.get("mlflow.parentRunId") == parent and "soarlab.trial_started" in c),
+                    key=lambda c: float(c["soarlab.trial_started"]))
+    best = tags.get(t.get("soarlab.best_run_id", ""))
+    seconds, to_best = [], None
+    for c in trials:
+        seconds.append(round(float(c["soarlab.trial_ended"]) - float(c["soarlab.trial_started"]), 1))
+        if c is best:
+            to_best = round(sum(seconds), 1)
+    sweeps[t["soarlab.sweep"]] = {
+        "trials": [{"overrides": json.loads(c["soarlab.trial"]), "gpu_s": s, "pruned": c.get("soarlab.pruned")}
+                   for c, s in zip(trials, seconds)],
+        "gpu_s": round(sum(seconds), 1), "gpu_s_to_best": to_best, "best": t.get("soarlab.best_overrides")}
 times = open(f"{out}/times.txt").read().splitlines()
-json.dump({"times": times, "mlflow": rows}, open(f"{out}/results.json", "w"), indent=1)
-print("SUMMARY", json.dumps(times), json.dumps([r for r in rows if r[1].endswith("final")])[:400])
+json.dump({"times": times, "sweeps": sweeps, "mlflow": rows}, open(f"{out}/results.json", "w"), indent=1)
+print("SUMMARY", json.dumps(times), json.dumps({k: (v["gpu_s"], v["gpu_s_to_best"], v["best"]) for k, v in sweeps.items()})[:600])
 EOF

@@ -329,6 +329,15 @@ class SweepTrial(Group):
     always: list[str]
 
 
+class SweepPruning(Group):
+    """`sweep` of conf/sweep_app.yaml: early stopping of trials that cannot win (soarlab.pruning)."""
+    prune: bool
+    pruner: dict[str, Any] | None  # an Optuna pruner: `_target_` and its arguments; None: SoarPruner
+    slower_pct: Annotated[float, Field(ge=0)]
+    s1_fraction: Fraction
+    decision_timeout_s: Seconds
+
+
 class SoarConfig(Group):
     model: ModelGroup
     quant: QuantGroup
@@ -379,3 +388,8 @@ def validate(cfg, where: str = "the config") -> SoarConfig:
 def validate_trial(trial_cfg, where: str = "conf/sweep_app.yaml") -> SweepTrial:
     """The sweep's `trial` keys, typed; SoarError naming the first bad one."""
     return _validated(SweepTrial, trial_cfg, where, prefix=("trial",))
+
+
+def validate_sweep(sweep_cfg, where: str = "conf/sweep_app.yaml") -> SweepPruning:
+    """The sweep's `sweep` keys (pruning), typed; SoarError naming the first bad one."""
+    return _validated(SweepPruning, sweep_cfg, where, prefix=("sweep",))

@@ -25,6 +25,7 @@ from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
 import soarlab.sweep  # noqa: F401  (registers ${soarlab.parallel_trials:})
+from soarlab.pruning import PrunedTrial
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,10 @@ class OptunaSweeperConf:
     storage: Optional[str] = None   # an Optuna storage URL; null: sqlite in the sweep folder
     study_name: Optional[str] = None  # null: the sweep folder's name
     params: Dict[str, str] = field(default_factory=dict)
+    # An Optuna pruner (`_target_`, e.g. optuna.pruners.MedianPruner, or soarlab.pruning.pruner.SoarPruner):
+    # each trial then reports evaluate's intermediate results to it (soarlab.sweep.pruning); null: the
+    # sweep's `sweep.prune` / `sweep.pruner` decide.
+    pruner: Optional[Any] = None
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="optuna", node=OptunaSweeperConf, provider="soarlab")
@@ -61,11 +66,13 @@ def distribution(override: Override) -> Any:
 
 class OptunaSweeper(Sweeper):
     def __init__(self, direction: str, n_trials: int, n_jobs: int, sampler: str, seed: Optional[int],
-                 storage: Optional[str], study_name: Optional[str], params: Optional[Dict[str, str]] = None):
+                 storage: Optional[str], study_name: Optional[str], params: Optional[Dict[str, str]] = None,
+                 pruner: Optional[Any] = None):
         self.direction, self.n_trials, self.n_jobs = direction, n_trials, max(1, n_jobs)
         self.sampler_name, self.seed = sampler, seed
         self.storage, self.study_name = storage, study_name
         self.params = dict(params or {})
+        self.pruner = pruner  # read by each trial from its Hydra config (soarlab.sweep.pruning.pruner_config)
         self.job_idx = 0
 
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
@@ -131,7 +138,9 @@ class OptunaSweeper(Sweeper):
             self.job_idx += len(batch)
             for trial, ret in zip(trials, returns):
                 value = ret.return_value if ret.status == JobStatus.COMPLETED else None
-                if value is None:
+                if isinstance(value, PrunedTrial):
+                    study.tell(trial, state=TrialState.PRUNED)
+                elif value is None:
                     study.tell(trial, state=TrialState.FAIL)
                 else:
                     study.tell(trial, float(value))

@@ -57,7 +57,8 @@ def record_row(rec: Record, level: str, repeat: int, t0: float) -> dict:
     return row
 
 
-async def _run_level_async(server: Server, client: ApiClient, requests, level, concurrency, bench: BenchGroup, tokenizer, progress):
+async def _run_level_async(server: Server, client: ApiClient, requests, level, concurrency, bench: BenchGroup, tokenizer, progress,
+                           on_request=None):
     timeout = aiohttp.ClientTimeout(total=bench.request_timeout_s, sock_connect=bench.connect_timeout_s)
     deadline = bench.level_timeout_s
     connections = len(requests) if not concurrency else min(concurrency, len(requests))
@@ -78,7 +79,8 @@ async def _run_level_async(server: Server, client: ApiClient, requests, level, c
             if not ok:
                 return runs, rows, warmup, sampled
         with Sampler(server.base_url, bench.server_metrics) as sampler:  # the timed runs only
-            await _timed_runs(server, client, session, requests, level, concurrency, bench, progress, timeout, deadline, runs)
+            await _timed_runs(server, client, session, requests, level, concurrency, bench, progress, timeout, deadline, runs,
+                              on_request)
         sampled = sampler.summary()
     for repeat, (run, _flush_state) in enumerate(runs):
         client.finish_records(run.records, tokenizer)
@@ -87,8 +89,9 @@ async def _run_level_async(server: Server, client: ApiClient, requests, level, c
 
 
 async def _timed_runs(server, client, session, requests, level, concurrency, bench: BenchGroup, progress, timeout,
-                      deadline, runs) -> None:
-    """bench.repeats timed runs of the level, each after a cache flush and a pause; appended to `runs`."""
+                      deadline, runs, on_request=None) -> None:
+    """bench.repeats timed runs of the level, each after a cache flush and a pause; appended to `runs`.
+    `on_request(level, repeat, total, record)` is called as each request ends (what it raises stops the level)."""
     for repeat in range(bench.repeats):
         flush = await _flush(server, bench.flush_timeout_s) if bench.flush_cache else "off (bench.flush_cache)"
         await asyncio.sleep(bench.pause_after_flush_s)
@@ -97,9 +100,13 @@ async def _timed_runs(server, client, session, requests, level, concurrency, ben
             from tqdm import tqdm
 
             bar = tqdm(total=len(requests), desc=f"{level} run {repeat + 1}/{bench.repeats}", unit="req", leave=False)
-        run = await client.run(session, requests, concurrency, timeout=timeout,
-                               on_done=(lambda _r: bar.update(1)) if bar is not None else None,
-                               deadline_s=deadline)
+        def done(record, repeat=repeat, bar=bar):
+            if bar is not None:
+                bar.update(1)
+            if on_request is not None:
+                on_request(level, repeat, len(requests), record)
+
+        run = await client.run(session, requests, concurrency, timeout=timeout, on_done=done, deadline_s=deadline)
         if bar is not None:
             bar.close()
         runs.append((run, flush))
@@ -132,8 +139,10 @@ def run_level(
     bench: BenchGroup,
     tokenizer=None,
     dataset: SpeedSetInfo | None = None,
+    on_request=None,
 ) -> tuple[LevelReport, list[dict]]:
-    """Run one level (bench.repeats times). Returns (the level report, the per-request rows)."""
+    """Run one level (bench.repeats times). Returns (the level report, the per-request rows).
+    `on_request`: see _timed_runs (a pruning sweep's checkpoints)."""
     if not requests:
         raise SoarError("no requests to send (the dataset is empty after dropping short rows)", "use a speed set with longer rows")
     length_control = resolve_length_control(server, bench.length_control)
@@ -142,7 +151,8 @@ def run_level(
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     t_wall = time.perf_counter()
     runs, rows, warmup, sampled = asyncio.run(
-        _run_level_async(server, client, list(requests), level, concurrency, bench, tokenizer, bench.progress)
+        _run_level_async(server, client, list(requests), level, concurrency, bench, tokenizer, bench.progress,
+                         on_request)
     )
     per_run, reasons = _judge_runs(runs, warmup)
     durations = [r.duration_s for r in per_run]

@@ -38,8 +38,8 @@ def evaluate(server, data_file, model_dir, cfg: SoarConfig) -> tuple[dict, list[
     return summary, records
 
 
-def run(cfg: SoarConfig, server=None) -> None:
-    """`server`: one already serving the quantized model (stage `evaluate`); None starts one."""
+def run(cfg: SoarConfig, server=None) -> dict:
+    """`server`: one already serving the quantized model (stage `evaluate`); None starts one. Returns the summary."""
     import contextlib
 
     from soarlab.accuracy.scoring import flat_metrics
@@ -60,3 +60,4 @@ def run(cfg: SoarConfig, server=None) -> None:
     print(
         f"accuracy: ori {summary['ori_accuracy']:.2f}  normalized {summary['normalized_accuracy']:.2f}  C {summary['C']}"
     )
+    return summary

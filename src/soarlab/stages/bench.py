@@ -25,8 +25,10 @@ def check_inputs(cfg: SoarConfig) -> tuple[Path, Path]:
     return dataset, model_dir
 
 
-def run(cfg: SoarConfig, server=None) -> None:
-    """`server`: one already serving the quantized model (stage `evaluate`); None starts one."""
+def run(cfg: SoarConfig, server=None, checkpoints=None) -> None:
+    """`server`: one already serving the quantized model (stage `evaluate`); None starts one.
+    `checkpoints` (a pruning sweep's, soarlab.pruning.checkpoints): S1 is reported after its first part
+    and the level stops when the trial is pruned; reports/bench then holds what write_pruned writes."""
     import contextlib
 
     from soarlab.atomic import atomic_dir
@@ -34,6 +36,7 @@ def run(cfg: SoarConfig, server=None) -> None:
     from soarlab.bench.report import server_metrics_lines, write_level, write_summary
     from soarlab.bench.runner import run_level
     from soarlab.datasets.speed import load_tokenizer
+    from soarlab.pruning import Pruned
 
     try:
         from soarlab.engines import open_engine
@@ -46,13 +49,30 @@ def run(cfg: SoarConfig, server=None) -> None:
     requests, info = prepare(dataset, tokenizer, bench)
     out = Path(cfg.paths.reports) / "bench"
     with atomic_dir(out) as tmp:
-        with contextlib.nullcontext(server) if server else \
-                open_engine(cfg, model_dir, Path(cfg.paths.reports) / "logs" / "bench-server.log") as server:
-            for level, concurrency in bench.levels.items():
-                report, rows = run_level(server, requests, level, concurrency, bench, tokenizer, info)
-                write_level(tmp, report, rows)
-                state = f"{report.duration_s:.2f} s" if report.valid else "INVALID: " + " | ".join(report.invalid_reasons)
-                print(f"bench {level}: {state}")
-                for line in server_metrics_lines(report):
-                    print(f"bench {line}")
+        try:
+            with contextlib.nullcontext(server) if server else \
+                    open_engine(cfg, model_dir, Path(cfg.paths.reports) / "logs" / "bench-server.log") as server:
+                for level, concurrency in bench.levels.items():
+                    report, rows = run_level(server, requests, level, concurrency, bench, tokenizer, info,
+                                             on_request=checkpoints.on_request if checkpoints else None)
+                    write_level(tmp, report, rows)
+                    state = f"{report.duration_s:.2f} s" if report.valid else "INVALID: " + " | ".join(report.invalid_reasons)
+                    print(f"bench {level}: {state}")
+                    for line in server_metrics_lines(report):
+                        print(f"bench {line}")
+                    if checkpoints:
+                        checkpoints.after_level(level)
+        except Pruned as pruned:  # its partial figures are what the report keeps
+            write_pruned(tmp, pruned)
+            return
         write_summary(tmp, list(bench.levels), make_plot=bench.plot)
+
+
+def write_pruned(folder: Path, pruned) -> None:
+    """reports/bench of a pruned trial: pruned.json (step, reason, partial figures) and a metrics.json
+    that score reads as "pruned, not scored"."""
+    from soarlab.atomic import write_json
+
+    write_json(folder / "pruned.json", pruned.record())
+    write_json(folder / "metrics.json", {"pruned": 1, "pruned_step": pruned.step})
+    print(f"evaluate: pruned at step {pruned.step} ({pruned.what}): {pruned.reason}")

@@ -37,6 +37,12 @@ def run(cfg: SoarConfig) -> None:
     root = project_root()
     reports = root / cfg.paths.reports
     bench = _read(reports / "bench" / "metrics.json")
+    if bench.get("pruned"):  # a pruning sweep stopped evaluate (reports/bench/pruned.json): never scored, never best
+        pruned = _read(reports / "bench" / "pruned.json")
+        write_json(reports / "score.json", {"valid": 0, "pruned": 1, "pruned_step": pruned["step"],
+                                            "pruned_reason": pruned["reason"], "final": None})
+        print(f"score: pruned ({pruned['reason']}); no score")
+        return
     accuracy = _read(reports / "accuracy" / "metrics.json")
     durations = {level: bench.get(level_key(level, "duration_s")) for level in LEVELS}
     invalid = [level for level in LEVELS if not durations[level] or not bench.get(level_key(level, "valid"), 1)]

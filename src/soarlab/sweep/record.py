@@ -20,6 +20,7 @@ from soarlab.schema import SoarConfig
 from soarlab.tracking.store import open_store
 
 ROLE_TAG, SWEEP_TAG, TRIAL_TAG, FAILURE_TAG = "soarlab.role", "soarlab.sweep", "soarlab.trial", "soarlab.failure"
+PRUNED_TAG = "soarlab.pruned"  # a pruned trial's reason (soarlab.sweep.pruning)
 PARENT_TAG = "mlflow.parentRunId"
 
 
@@ -46,6 +47,8 @@ class TrialResult:
     durations: dict[str, float | None] = field(default_factory=dict)
     failure: str | None = None
     run_id: str | None = None
+    pruned: str | None = None  # why the sweep stopped it early; then final is None
+
 
     @property
     def objective(self) -> float | None:
@@ -53,20 +56,24 @@ class TrialResult:
 
         final already multiplies by C; clamping keeps a C = 0 trial from ever outranking a valid one.
         """
-        if self.failure is not None or self.final is None:
+        if self.failure is not None or self.pruned is not None or self.final is None:
             return None
         return float(self.final) if self.C else 0.0
 
     def rank_key(self) -> tuple:
-        """Sorts best first: gated trials by final, then C = 0 trials, then failures."""
-        if self.objective is None:
+        """Sorts best first: gated trials by final, then C = 0 trials, then pruned ones, then failures."""
+        if self.pruned is not None:
             return (2, 0.0)
+        if self.objective is None:
+            return (3, 0.0)
         return (0 if self.C else 1, -self.objective)
 
     def line(self) -> str:
         head = " ".join(self.overrides) or "(defaults)"
         if self.failure is not None:
             return f"{head}: FAILED ({self.failure})"
+        if self.pruned is not None:
+            return f"{head}: PRUNED ({self.pruned})"
         secs = " ".join(f"{lvl}={self.durations.get(lvl) or float('nan'):.2f}s" for lvl in LEVELS)
         return f"{head}: final={self.final} C={self.C} {secs}"
 
@@ -77,6 +84,10 @@ def summary_table(results: Sequence[TrialResult]) -> str:
         if r.failure is not None:
             rows.append(f"{i:>3}  {'FAILED':>8}  {'':>5}  " + "  ".join(f"{'':>7}" for _ in LEVELS)
                         + f"  {' '.join(r.overrides)}  ({r.failure})")
+            continue
+        if r.pruned is not None:
+            rows.append(f"{i:>3}  {'PRUNED':>8}  {'':>5}  " + "  ".join(f"{'':>7}" for _ in LEVELS)
+                        + f"  {' '.join(r.overrides)}  ({r.pruned})")
             continue
         secs = "  ".join(f"{(r.durations.get(lvl) or math.nan):>7.2f}" for lvl in LEVELS)
         rows.append(f"{i:>3}  {r.final!s:>8}  {r.C!s:>5}  {secs}  {' '.join(r.overrides)}")
@@ -154,6 +165,18 @@ class SweepRecord:
         self.client.set_terminated(run_id, "FAILED")
         return run_id
 
+    def record_pruned(self, run_id: str, pruned: dict, saved_s: float | None) -> None:
+        """Mark the trial's run (made by its track stage) pruned: the reason, the step, its partial figures
+        and the estimated evaluate time it saved."""
+        self.client.set_tag(run_id, PRUNED_TAG, pruned["reason"][:5000])
+        self.client.set_tag(run_id, "soarlab.pruned_step", f"{pruned['step']} ({pruned['what']})")
+        figures = {"value": pruned["value"], "elapsed_s": pruned["elapsed_s"], **pruned["figures"]}
+        for name, value in figures.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                self.client.log_metric(run_id, f"pruning.{name}", float(value))
+        if saved_s is not None:
+            self.client.log_metric(run_id, "pruning.saved_s", saved_s)
+
     def close(self, results: Sequence[TrialResult]) -> TrialResult | None:
         """Put the best gated trial and the ranking on the parent run; finish it."""
         parent = self.parent_id()
@@ -168,6 +191,7 @@ class SweepRecord:
             self.client.set_tag(parent, "soarlab.best_run_id", best.run_id or "")
         self.client.log_metric(parent, "trials.finished", sum(r.failure is None for r in results))
         self.client.log_metric(parent, "trials.failed", sum(r.failure is not None for r in results))
+        self.client.log_metric(parent, "trials.pruned", sum(r.pruned is not None for r in results))
         self.client.log_text(parent, summary_table(results), "sweep/summary.txt")
         self.client.set_terminated(parent, "FINISHED")
         return best
@@ -182,4 +206,5 @@ def _result(run) -> TrialResult:
         durations={lvl: metrics.get(f"bench.{lvl}_duration_s") for lvl in LEVELS},
         failure=tags.get(FAILURE_TAG),
         run_id=run.info.run_id,
+        pruned=tags.get(PRUNED_TAG),
     )

@@ -29,8 +29,10 @@ from soarlab.domain import LEVELS
 from soarlab.parent_death import set_parent_death_signal
 from soarlab.paths import project_root
 from soarlab.stages import TRIAL_LOGS_ENV
-from soarlab.schema import SoarConfig, validate, validate_trial
+from soarlab.schema import SoarConfig, validate, validate_sweep, validate_trial
 from soarlab.sweep.lease import gpu_lease, try_lock
+from soarlab.pruning import PrunedTrial
+from soarlab.sweep.pruning import TrialPruning, forget_pruned_evaluate, pruner_config
 from soarlab.sweep.record import SweepRecord, TrialResult, experiment_name, override_key, trial_key
 from soarlab.tracking.tags import SWEEP_TRIAL_ENV
 
@@ -135,10 +137,11 @@ def git_identity_env(root: Path, env: dict) -> dict:
 
 
 def run_experiment(root: Path, name: str, overrides: Sequence[str], env: dict, timeout_s: float, log,
-                    on_quantized: Callable[[], None], pull: bool) -> int | None:
+                    on_quantized: Callable[[], None], pull: bool, on_poll: Callable[[], None] | None = None) -> int | None:
     """`dvc exp run --temp` (`--pull`: take stages' outputs made elsewhere from the DVC remote); None
     when it ran past `timeout_s`. Interrupted: stop it, then re-raise. `on_quantized` is called
-    once DVC reaches the evaluate stage, which needs the quantized model."""
+    once DVC reaches the evaluate stage, which needs the quantized model; `on_poll` at every poll
+    (a pruning sweep's decisions)."""
     cmd = ["dvc", "--wait-for-lock", "exp", "run", "--temp", *(["--pull"] if pull else []), "--name", name,
            *[a for o in overrides for a in ("-S", o)]]
     log.write(f"$ {' '.join(cmd)}\n")
@@ -155,6 +158,8 @@ def run_experiment(root: Path, name: str, overrides: Sequence[str], env: dict, t
                 return None
             if _EVALUATE_STAGE in Path(log.name).read_text(errors="replace")[start:]:
                 on_quantized()
+            if on_poll is not None:
+                on_poll()
             time.sleep(2)
         return proc.returncode
     except BaseException:
@@ -177,20 +182,28 @@ def _interrupt(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
         stop_process(proc, grace_s=15)
 
 
-def experiment_score(root: Path, name: str, score_path: str) -> dict | None:
-    """reports/score.json as committed in experiment `name` (None when DVC saved no such file)."""
+def experiment_file(root: Path, name: str, path: str) -> str | None:
+    """A file as committed in experiment `name` (None when DVC saved no such file)."""
     refs = subprocess.run(["git", "for-each-ref", "--format=%(refname)", "refs/exps/"], cwd=root,
                           capture_output=True, text=True, check=True).stdout.split()
     ref = next((r for r in refs if r.endswith(f"/{name}")), None)
-    shown = subprocess.run(["git", "show", f"{ref}:{score_path}"], cwd=root, capture_output=True, text=True)
-    return json.loads(shown.stdout) if ref and shown.returncode == 0 else None
+    shown = subprocess.run(["git", "show", f"{ref}:{path}"], cwd=root, capture_output=True, text=True)
+    return shown.stdout if ref and shown.returncode == 0 else None
 
 
-def run_trial(cfg: DictConfig) -> float | None:
+def experiment_score(root: Path, name: str, score_path: str) -> dict | None:
+    """reports/score.json as committed in experiment `name` (None when DVC saved no such file)."""
+    text = experiment_file(root, name, score_path)
+    return json.loads(text) if text is not None else None
+
+
+def run_trial(cfg: DictConfig) -> float | PrunedTrial | None:
     """Hydra's task function: run one trial (or recall it, when a resumed sweep already finished it)
-    and return its objective (None for a failed trial). Hydra hands it a DictConfig; what the trial
-    reads is typed first, so a bad trial.* or pipeline key fails here, in one line, before any work."""
+    and return its objective (None for a failed trial, PrunedTrial for a pruned one). Hydra hands it a
+    DictConfig; what the trial reads is typed first, so a bad trial.*, sweep.* or pipeline key fails here,
+    in one line, before any work."""
     trial = validate_trial(cfg.trial)
+    validate_sweep(cfg.sweep)
     pipeline = validate(OmegaConf.masked_copy(cfg, list(SoarConfig.model_fields)), "the trial's config")
     hydra_cfg = HydraConfig.get()
     root = project_root(hydra_cfg.runtime.cwd)
@@ -201,24 +214,31 @@ def run_trial(cfg: DictConfig) -> float | None:
     earlier = record.finished(key)
     if earlier is not None:
         print(f"[trial] {earlier.line()}  (finished earlier in this sweep; not run again)", flush=True)
-        return earlier.objective
+        return PrunedTrial(earlier.pruned) if earlier.pruned is not None else earlier.objective
     name = experiment_name(sweep, overrides)
     out_dir = Path(hydra_cfg.runtime.output_dir)
     log_path, logs_dir = out_dir / "trial.log", out_dir / "logs"
     shutil.rmtree(logs_dir, ignore_errors=True)  # a resumed trial's earlier attempt's
+    pruner = pruner_config(cfg, hydra_cfg)
+    pruning = None if pruner is None else TrialPruning(Path(hydra_cfg.sweep.dir), sweep, pruner, cfg.sweep, logs_dir, key)
     started = time.time()
     with open(log_path, "a") as log, quantize_once(root, pipeline) as quantized, \
             gpu_lease(Path(trial.jit_cache_dir).expanduser()) as lease:
         env = {**os.environ, **lease.env, SWEEP_TRIAL_ENV["mlflow.parentRunId"]: record.parent_id() or "",
-               SWEEP_TRIAL_ENV["soarlab.trial"]: key, TRIAL_LOGS_ENV: str(logs_dir.resolve())}
+               SWEEP_TRIAL_ENV["soarlab.trial"]: key, TRIAL_LOGS_ENV: str(logs_dir.resolve()),
+               **(pruning.env() if pruning else {})}
         remote = dvc_remote(root, trial.remote, env)
         returncode = run_experiment(root, name, overrides, env, trial.timeout_s, log, quantized,
-                                     pull=remote is not None)
+                                     pull=remote is not None, on_poll=pruning.poll if pruning else None)
         if returncode == 0 and remote is not None:
             push_experiment(root, name, trial.git_remote, remote, env, log)
     tags = {"soarlab.gpu": lease.gpu or "none", "soarlab.trial_started": f"{started:.3f}",
             "soarlab.trial_ended": f"{time.time():.3f}", "soarlab.trial_log": str(log_path)}
     result = _result(root, name, overrides, returncode, log_path, pipeline.paths.reports, trial.timeout_s)
+    if pruning is not None:
+        pruning.finish(result.objective)
+        if result.pruned is not None:
+            forget_pruned_evaluate(root, experiment_file(root, name, "dvc.lock") or "", env)
     if result.failure is not None:
         result.run_id = record.record_failure(overrides, result.failure, tags,
                                               logs=[log_path, *sorted(logs_dir.glob("*"))])
@@ -226,8 +246,12 @@ def run_trial(cfg: DictConfig) -> float | None:
         result.run_id = record.child_run(key)
         for tag, value in tags.items():
             record.client.set_tag(result.run_id, tag, value)
+        if result.pruned is not None and pruning is not None and pruning.pruned is not None:
+            saved = pruning.saved_s()
+            record.record_pruned(result.run_id, pruning.pruned, saved)
+            print(f"[trial] pruned: about {saved if saved is not None else '?'} s of evaluate saved", flush=True)
     print(f"[trial] {result.line()}", flush=True)
-    return result.objective
+    return PrunedTrial(result.pruned) if result.pruned is not None else result.objective
 
 
 def _result(root: Path, name: str, overrides: list[str], returncode: int | None, log_path: Path,
@@ -239,6 +263,8 @@ def _result(root: Path, name: str, overrides: list[str], returncode: int | None,
     score = experiment_score(root, name, f"{reports}/score.json")
     if score is None:
         return TrialResult(overrides, failure=f"experiment {name} has no {reports}/score.json")
+    if score.get("pruned"):
+        return TrialResult(overrides, pruned=score["pruned_reason"])
     durations = {lvl: score.get(level_key(lvl, "duration_s")) for lvl in LEVELS}
     if not score.get("valid"):
         levels = ", ".join(score.get("invalid_levels") or [])
