@@ -72,6 +72,34 @@ def test_a_pruned_trial_ranks_below_every_scored_trial_and_returns_no_objective(
     assert "PRUNED" in summary_table([pruned, failed]).splitlines()[1]
 
 
+def test_leaderboard_and_compare_say_a_pruned_trial_has_no_full_bench(tmp_path):
+    """A real MLflow store holding one pruned trial, as track logs it (score.pruned = 1, no bench levels):
+    the leaderboard says it left it out instead of printing nothing, and compare names why it cannot
+    compare it."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.MlflowClient(uri)
+    run = client.create_run(client.create_experiment("soarlab"), run_name="trial",
+                            tags={"soarlab.pruned": "C is 0 on the correctness set", "dvc.experiment": "sweep-1a2b3c"})
+    client.log_metric(run.info.run_id, "score.pruned", 1.0)
+    client.set_terminated(run.info.run_id)
+    soarlab = [sys.executable, "-m", "soarlab.cli"]
+
+    board = subprocess.run([*soarlab, "leaderboard", "--no-plot", f"tracking.uri={uri}"], cwd=ROOT,
+                           capture_output=True, text=True)
+    assert board.returncode == 0 and board.stdout.strip() == "", board.stderr
+    assert "no run with bench figures in experiment 'soarlab'" in board.stderr
+    assert "1 pruned sweep trial(s) not ranked" in board.stderr
+    compare = subprocess.run([*soarlab, "compare", "sweep-1a2b3c", run.info.run_id[:8], f"tracking.uri={uri}"],
+                             cwd=ROOT, capture_output=True, text=True)
+    assert compare.returncode != 0, compare.stdout
+    assert "is a sweep trial that was pruned (C is 0 on the correctness set)" in compare.stderr, compare.stderr
+
+
 def trial_runs(dest: Path, name: str) -> dict[str, mlflow.entities.Run]:
     """The sweep's child runs by their overrides (as one string)."""
     _, runs = children(dest, name)

@@ -138,7 +138,14 @@ def leaderboard_cli(args) -> int:
     for warning in calibration.warnings:
         print(f"soarlab: warning: {warning}", file=sys.stderr)
     table = rows(runs, calibration, cfg)
-    print(render(table, args.format))
+    if table or args.format == "json":  # an empty JSON list is still JSON
+        print(render(table, args.format))
+    if not table:
+        print(f"no run with bench figures in experiment {cfg.tracking.experiment!r}"
+              f"{'' if runs.pruned else ': run the pipeline first (dvc repro)'}", file=sys.stderr)
+    if runs.pruned:
+        print(f"{len(runs.pruned)} pruned sweep trial(s) not ranked: stopped early, no full bench "
+              "(the run's soarlab.pruned tag says why)", file=sys.stderr)
     for record in calibration.noise.values():
         print(record.describe(), file=sys.stderr)
     if not calibration.noise and runs:

@@ -15,11 +15,13 @@ from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
 from soarlab.metrics.scoring import coefficient, normalized_accuracy
 from soarlab.schema import ScoreGroup, SoarConfig
+from soarlab.tracking.tags import PRUNED_TAG
 
 SUBMITTED_TAG = "soarlab.submitted"
 SUBMITTED_AT_TAG = "soarlab.submission.recorded_at"
 KIND_TAG = "soarlab.kind"  # set on runs that are not pipeline executions (the leaderboard's own run)
 OFFICIAL = "official."     # metric prefix of a submission's platform figures
+PRUNED_METRIC = "score.pruned"  # 1 on a run whose evaluate a pruning sweep stopped (stages/score.py)
 _RUN_ID = re.compile(r"^[0-9a-f]{8,32}$")
 
 
@@ -94,34 +96,56 @@ def decide_config(args):
     return cfg
 
 
+class Runs(list):
+    """Pipeline runs with bench figures, newest first; `pruned`: the sweep trials a pruning sweep stopped
+    early (soarlab.pruning), kept apart: they have no full bench, so nothing ranks or compares them."""
+
+    def __init__(self):
+        super().__init__()
+        self.pruned: list[RunRecord] = []
+
+
 def load_runs(cfg: SoarConfig, model: str | None = None, speed_set: str | None = None, sweep: str | None = None,
-              with_repeats: bool = True) -> tuple[object, str, list[RunRecord]]:
+              with_repeats: bool = True) -> tuple[object, str, Runs]:
     """(client, experiment id, pipeline runs with bench figures), newest first, filtered as asked."""
     from soarlab.tracking.store import open_store
 
     client, experiment_id = open_store(cfg)
     query = f"tags.`soarlab.model` = '{model}'" if model else ""
     found = client.search_runs([experiment_id], filter_string=query, max_results=5000, order_by=["attributes.start_time DESC"])
-    runs = []
+    runs = Runs()
     for run in found:
         tags = run.data.tags
-        if tags.get(KIND_TAG) or "bench.S1_valid" not in run.data.metrics:
-            continue  # not a pipeline execution (a sweep's parent, the leaderboard's run)
         if speed_set and not tags.get("soarlab.speed_set_sha", "").startswith(speed_set):
             continue
         if sweep and sweep not in (tags.get("mlflow.parentRunId"), tags.get("soarlab.sweep")):
             continue
         info = run.info
-        runs.append(RunRecord(info.run_id, info.run_name or info.run_id[:8], info.start_time or 0, dict(tags),
-                              dict(run.data.params), dict(run.data.metrics)))
+        record = RunRecord(info.run_id, info.run_name or info.run_id[:8], info.start_time or 0, dict(tags),
+                           dict(run.data.params), dict(run.data.metrics))
+        if run.data.metrics.get(PRUNED_METRIC) == 1.0:
+            runs.pruned.append(record)
+        elif not tags.get(KIND_TAG) and "bench.S1_valid" in run.data.metrics:  # else a sweep's parent, the leaderboard's run
+            runs.append(record)
     if with_repeats:
         fill_repeats(client, runs)
     return client, experiment_id, runs
 
 
+def _refuse_pruned(ref: str, runs: Sequence[RunRecord]) -> None:
+    """Say so when `ref` names a pruned sweep trial (Runs.pruned), rather than that no such run exists."""
+    pruned = [r for r in getattr(runs, "pruned", [])
+              if (_RUN_ID.match(ref) and r.run_id.startswith(ref)) or r.tags.get("dvc.experiment") == ref]
+    if pruned:
+        why = pruned[0].tags.get(PRUNED_TAG, "stopped early")
+        raise SoarError(f"run {ref!r} is a sweep trial that was pruned ({why}): it has no full bench",
+                        "name a trial that finished (soarlab leaderboard lists them)")
+
+
 def resolve(ref: str, runs: Sequence[RunRecord], rank: Callable[[RunRecord], float | None]) -> RunRecord:
     """The run a user means by `ref`: a run id (or 8+ character prefix), a DVC experiment name, best, submitted."""
     if not runs:
+        _refuse_pruned(ref, runs)
         raise SoarError("no pipeline runs in this MLflow experiment", "run the pipeline first (dvc repro), or pick the experiment with --experiment")
     if ref == "best":
         ranked = [(rank(r), r) for r in runs if rank(r) is not None]
@@ -139,5 +163,7 @@ def resolve(ref: str, runs: Sequence[RunRecord], rank: Callable[[RunRecord], flo
     by_exp = [r for r in runs if r.tags.get("dvc.experiment") == ref]
     if by_exp:
         return by_exp[0]  # newest first
+    if not by_id:
+        _refuse_pruned(ref, runs)
     what = f"{len(by_id)} runs start with {ref!r}" if by_id else f"no run {ref!r} in this experiment"
     raise SoarError(what, "give an MLflow run id (or 8+ of its first characters), a DVC experiment name (dvc exp show), best or submitted")

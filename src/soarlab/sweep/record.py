@@ -18,9 +18,9 @@ from typing import Sequence
 from soarlab.domain import LEVELS
 from soarlab.schema import SoarConfig
 from soarlab.tracking.store import open_store
+from soarlab.tracking.tags import PRUNED_TAG
 
 ROLE_TAG, SWEEP_TAG, TRIAL_TAG, FAILURE_TAG = "soarlab.role", "soarlab.sweep", "soarlab.trial", "soarlab.failure"
-PRUNED_TAG = "soarlab.pruned"  # a pruned trial's reason (soarlab.sweep.pruning)
 PARENT_TAG = "mlflow.parentRunId"
 
 

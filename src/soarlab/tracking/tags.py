@@ -20,6 +20,7 @@ SWEEP_TRIAL_ENV = {
 # The `soarlab compare --rerun` a run belongs to (soarlab.decide.rerun), through the environment likewise.
 COMPARE_ENV = "SOARLAB_COMPARE"
 MACHINE_TAG = "soarlab.machine"  # the host a run was measured on
+PRUNED_TAG = "soarlab.pruned"  # why a pruning sweep stopped the trial (set by soarlab.sweep.record)
 
 
 def run_context() -> dict[str, str]:
