@@ -171,11 +171,13 @@ def test_a_slow_serving_setting_is_pruned_during_s1(project):
 def test_the_optuna_sweeper_takes_any_optuna_pruner_from_config(project):
     """`hydra.sweeper.pruner`: one of Optuna's own pruners, named in config, prunes the trial and the
     sweeper's study records it as PRUNED. ThresholdPruner(lower=0.5) prunes a trial whose first report
-    (C at the accuracy step) is below 0.5; gptq_w4 scores C = 0 on the tiny default (the test above)."""
+    (C at the accuracy step) is below 0.5; gptq_w4 scores C = 0 on the tiny default (the test above).
+    Its bench set (5 requests) is one no other test of this module ran: DVC would restore that full
+    evaluate from its run cache, which reports nothing to prune (docs/ARCHITECTURE.md, "Pruning")."""
     import sqlite3
 
     dest, _ = project
-    out = sweep(project, "--name", "optuna-pruned", "bench.dataset.num_requests=4", "hydra/sweeper=optuna",
+    out = sweep(project, "--name", "optuna-pruned", "bench.dataset.num_requests=5", "hydra/sweeper=optuna",
                 "hydra.sweeper.n_trials=1", "quant=choice(gptq_w4)",
                 "hydra.sweeper.pruner={_target_: optuna.pruners.ThresholdPruner, lower: 0.5}")
     (run,) = trial_runs(dest, "optuna-pruned").values()
