@@ -6,11 +6,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import signal
 import sys
-import threading
 import traceback
 
+from soarlab import stopping
 from soarlab.domain import LEVELS
 from soarlab.errors import error_line
 
@@ -154,18 +153,6 @@ def _add_decide_commands(sub) -> None:
     p.set_defaults(run=_handler("soarlab.decide.gate:gate_cli"))
 
 
-class Terminated(BaseException):
-    """SIGTERM or SIGHUP, raised where the program is, so that `finally` blocks stop our servers."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def _raise_terminated(signum, _frame):
-    raise Terminated(signum)
-
-
 def tools_on_path() -> None:
     """Put this interpreter's bin folder first on PATH, so that `.venv/bin/soarlab` without an
     activated venv finds the `dvc` installed beside it, and DVC the `soarlab` its stages call."""
@@ -192,15 +179,13 @@ def main(argv: list[str] | None = None) -> int:
         elif extra:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
     debug = args.debug or os.environ.get("SOARLAB_DEBUG", "") not in ("", "0")
-    if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
-        for signum in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, _raise_terminated)
+    stopping.install()
     try:
         return args.run(args) or 0
     except KeyboardInterrupt:
         print("soarlab: interrupted", file=sys.stderr)
         return 130
-    except Terminated as exc:
+    except stopping.Terminated as exc:
         print(f"soarlab: stopped by {exc}", file=sys.stderr)
         return 128 + exc.signum
     except Exception as exc:  # noqa: BLE001 - every error ends in one line; the traceback only on request

@@ -239,8 +239,8 @@ class ApiClient:
         # CPU at Smax (measured: 1.27 -> 1.03 s per 2000 requests); freeze what exists before the level.
         gc.freeze()
         gathered = asyncio.gather(*(worker() for _ in range(workers)))
-        # On SIGTERM (cli.Terminated, raised inside the event loop) asyncio.run cancels the workers
-        # and this coroutine in no fixed order; gather may then hold a CancelledError nobody awaits,
+        # On SIGTERM (stopping.run_async cancels the level) asyncio cancels the workers and this
+        # coroutine in no fixed order; gather may then hold a CancelledError nobody awaits,
         # which asyncio prints as a traceback at exit. Retrieving it here keeps the stop message clean.
         gathered.add_done_callback(lambda f: f.cancelled() or f.exception())
         try:

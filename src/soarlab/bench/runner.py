@@ -22,6 +22,7 @@ from soarlab.bench.results import LevelReport, Method, RunReport, ServerInfo, Sp
 from soarlab.engines.server import Server
 from soarlab.errors import SoarError
 from soarlab.schema import BenchGroup
+from soarlab.stopping import run_async
 
 
 def resolve_length_control(server: Server, setting: str) -> str:
@@ -150,7 +151,7 @@ def run_level(
                         temperature=bench.temperature)
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     t_wall = time.perf_counter()
-    runs, rows, warmup, sampled = asyncio.run(
+    runs, rows, warmup, sampled = run_async(
         _run_level_async(server, client, list(requests), level, concurrency, bench, tokenizer, bench.progress,
                          on_request)
     )
