@@ -70,6 +70,10 @@ def make_fresh_project(dest: Path) -> tuple[Path, dict[str, str]]:
     return dest, env
 
 
+# For tests about something other than the bench's figures: one timed run per level and no pause after
+# the cache flush (the tiny default runs 3 repeats and pauses 1 s, as the official tool does).
+QUICK_BENCH = ["bench.repeats=1", "bench.pause_after_flush_s=0"]
+
 # A pipeline served by a loopback server (soarlab.bench.loopback, given with -S engine.url=...): the served
 # answers are the loopback's, so the tiny model is neither trained nor quantized (CPU time).
 LOOPBACK_PIPELINE = ["-S", "quant=none", "-S", "engine=external",

@@ -188,7 +188,7 @@ def test_spawned_child_dies_with_its_parent_even_on_sigkill(tmp_path):
 def test_two_queued_experiments_with_the_default_port_both_succeed(tmp_path):
     """`dvc queue start -j 2` with engine.port left at its default: both evaluate stages serve at once, the
     second on a free port (issue 12, part 3). Real DVC, real `transformers serve`."""
-    from conftest import make_project
+    from conftest import QUICK_BENCH, make_project
 
     dest, env = make_project(tmp_path / "project")
 
@@ -197,8 +197,8 @@ def test_two_queued_experiments_with_the_default_port_both_succeed(tmp_path):
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return proc.stdout + proc.stderr
 
-    # No quantization keeps this short; the engine (and its port) is the default.
-    cheap = ["quant=none", "eval.limit=4"]
+    # No quantization and a short bench keep this short; the engine (and its port) is the default.
+    cheap = ["quant=none", "eval.limit=4", "bench.dataset.num_requests=4", *QUICK_BENCH]
     run("soarlab", "params", *cheap)
     run("dvc", "repro", "evaluate")  # fetch, quantize and one evaluate: the cache both experiments start from
     run("git", "add", "-A")

@@ -19,7 +19,7 @@ from soarlab.bench.loopback import LoopbackServer
 from soarlab.pruning import ACCURACY, S1
 from soarlab.pruning.pruner import SoarPruner
 
-from conftest import make_fresh_project
+from conftest import QUICK_BENCH, make_fresh_project
 from test_sweep import children, sweep
 
 
@@ -115,7 +115,7 @@ def project(tmp_path_factory):
 @pytest.mark.e2e
 def test_a_preset_that_cannot_pass_the_gate_is_pruned_before_bench(project):
     dest, env = project
-    space = ["bench.dataset.num_requests=4", "quant=none,gptq_w4"]
+    space = ["bench.dataset.num_requests=4", *QUICK_BENCH, "quant=none,gptq_w4"]
     out = sweep(project, "--name", "gate-pruned", "sweep.prune=true", *space)
     # The same sweep without pruning, after it: DVC's run cache must not hand it the pruned evaluate.
     plain_out = sweep(project, "--name", "gate-plain", *space)

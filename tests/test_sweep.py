@@ -3,8 +3,8 @@ child runs, our Optuna sweeper, Hydra's Ray and submitit launchers, a local-fold
 
 One project serves the whole module, and the trials reuse each other's stages through DVC's run
 cache, so after the first sweep most trials re-run only what their overrides change. To keep CPU
-time modest every trial uses a small configuration (an untrained tiny model, 4 speed requests,
-4 correctness items); `score.c_floor=1` keeps C at 1 so that trials get positive scores from
+time modest every trial uses a small configuration (the embedded tiny model, 4 speed requests timed
+once per level, 4 correctness items); `score.c_floor=1` keeps C at 1 so that trials get positive scores from
 speed, except where a test needs C = 0. Mocked: only the GPU, in the Ray test, as Ray resources.
 """
 
@@ -22,11 +22,11 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from conftest import make_fresh_project
+from conftest import QUICK_BENCH, make_fresh_project
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
-SMALL = ["bench.dataset.num_requests=4", "eval.limit=4", "score.c_floor=1.0", "quant=rtn_w4"]
+SMALL = ["bench.dataset.num_requests=4", *QUICK_BENCH, "eval.limit=4", "score.c_floor=1.0", "quant=rtn_w4"]
 
 
 @pytest.fixture(scope="module")
