@@ -20,7 +20,7 @@ from conftest import LOOPBACK_PIPELINE, make_project, run_in
 
 pytestmark = pytest.mark.slow
 
-DELAY_S = 0.02
+DELAY_S = 0.01
 SLOWDOWN = 1.05  # B's per-token delay: a real slowdown of 5 %
 # Base run, then the reruns: between-run spread about 0.8 %, far above each run's repeats'.
 DRIFT = (1.0, 1.008, 0.992, 1.0)

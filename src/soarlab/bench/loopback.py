@@ -119,12 +119,16 @@ def make_app(
         if delay[0] <= 0 and mode != "drop":
             await resp.write(b"".join(chunks))
         else:
+            # Chunk i leaves at start + (i + 1) * delay, as on a server's decode clock: this process's
+            # scheduling latency does not add up over a stream (one sleep per token would drift with load).
+            loop = asyncio.get_running_loop()
+            start = loop.time()
             for i, chunk in enumerate(chunks):
                 if mode == "drop" and i == len(chunks) // 2:
                     request.transport.close()  # the connection goes away mid-stream
                     return resp
                 if delay[0] > 0:
-                    await asyncio.sleep(delay[0])
+                    await asyncio.sleep(max(0.0, start + (i + 1) * delay[0] - loop.time()))
                 await resp.write(chunk)
         await resp.write_eof()
         return resp
