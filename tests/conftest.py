@@ -75,7 +75,7 @@ def make_fresh_project(dest: Path) -> tuple[Path, dict[str, str]]:
 QUICK_BENCH = ["bench.repeats=1", "bench.pause_after_flush_s=0"]
 
 # A pipeline served by a loopback server (soarlab.bench.loopback, given with -S engine.url=...): the served
-# answers are the loopback's, so the tiny model is neither trained nor quantized (CPU time).
+# answers are the loopback's, so the tiny model is neither quantized nor served (CPU time).
 LOOPBACK_PIPELINE = ["-S", "quant=none", "-S", "engine=external",
                      "-S", "bench.pause_after_flush_s=0", "-S", "eval.retries=0"]
 
