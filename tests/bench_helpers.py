@@ -9,6 +9,8 @@ from omegaconf import OmegaConf
 
 from soarlab.schema import BenchGroup
 
+from conftest import QUICK_BENCH_FIELDS
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -17,7 +19,7 @@ def bench_cfg(**changes) -> BenchGroup:
     from soarlab.config import compose, plain
 
     # One timed run per level unless a test asks for repeats (the tiny default runs 3).
-    test_friendly = {"pause_after_flush_s": 0.0, "progress": False, "request_timeout_s": 20.0, "repeats": 1}
+    test_friendly = {**QUICK_BENCH_FIELDS, "progress": False, "request_timeout_s": 20.0}
     merged = OmegaConf.merge(plain(compose(["bench=tiny"], root=ROOT).bench), test_friendly, changes)
     return BenchGroup.model_validate(OmegaConf.to_container(merged))
 

@@ -72,7 +72,8 @@ def make_fresh_project(dest: Path) -> tuple[Path, dict[str, str]]:
 
 # For tests about something other than the bench's figures: one timed run per level and no pause after
 # the cache flush (the tiny default runs 3 repeats and pauses 1 s, as the official tool does).
-QUICK_BENCH = ["bench.repeats=1", "bench.pause_after_flush_s=0"]
+QUICK_BENCH_FIELDS = {"repeats": 1, "pause_after_flush_s": 0.0}
+QUICK_BENCH = [f"bench.{key}={value}" for key, value in QUICK_BENCH_FIELDS.items()]  # as Hydra overrides
 
 # A pipeline served by a loopback server (soarlab.bench.loopback, given with -S engine.url=...): the served
 # answers are the loopback's, so the tiny model is neither quantized nor served (CPU time).
