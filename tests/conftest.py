@@ -29,6 +29,17 @@ def tiny_tokenizer(tiny_model_dir):
 
 
 @pytest.fixture
+def state_dir(tmp_path, monkeypatch) -> Path:
+    """Port and GPU leases of this test only (the machine's others, other tests' included, are left
+    alone); subprocesses inherit it."""
+    from soarlab.engines.lease import STATE_DIR_ENV
+
+    folder = tmp_path / "state"
+    monkeypatch.setenv(STATE_DIR_ENV, str(folder))
+    return folder
+
+
+@pytest.fixture
 def source_project(tmp_path, monkeypatch) -> Path:
     """A copy (the working directory) of the project's conf/, src/soarlab and pyproject.toml (what package bundles)."""
     proj = tmp_path / "proj"

@@ -30,14 +30,6 @@ from test_engines import STAND_IN, engine_cfg, fake_model, pid_alive
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def state_dir(tmp_path, monkeypatch) -> Path:
-    """Leases of this test only (the machine's others are left alone); subprocesses inherit it."""
-    folder = tmp_path / "state"
-    monkeypatch.setenv("SOARLAB_STATE_DIR", str(folder))
-    return folder
-
-
 def served_record(state: Path) -> dict:
     records = list((state / "ports").glob("*.json")) if (state / "ports").is_dir() else []
     return json.loads(records[0].read_text()) if records else {}

@@ -85,10 +85,11 @@ def test_failure_reason_is_the_stage_error_line():
     assert failure_reason("torch.OutOfMemoryError: CUDA out of memory\nERROR: failed", 255).startswith("out of memory")
 
 
-def test_parallel_trials_lease_different_gpus(monkeypatch, tmp_path):
+def test_parallel_trials_lease_different_gpus(monkeypatch, tmp_path, state_dir):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7,8")  # two GPUs by name; none is touched
     with gpu_lease(tmp_path) as first, gpu_lease(tmp_path) as second:
         assert {first.gpu, second.gpu} == {"7", "8"}
+        assert sorted(p.name for p in (state_dir / "gpu-leases").iterdir()) == ["gpu-7.lock", "gpu-8.lock"]
         assert first.env["CUDA_VISIBLE_DEVICES"] != second.env["CUDA_VISIBLE_DEVICES"]
         assert first.env["TMPDIR"] != second.env["TMPDIR"]
         assert first.env["TRITON_CACHE_DIR"] != second.env["TRITON_CACHE_DIR"]
@@ -102,10 +103,11 @@ def test_parallel_trials_lease_different_gpus(monkeypatch, tmp_path):
     third.__exit__(None, None, None)
 
 
-def test_no_gpu_means_no_lease(monkeypatch, tmp_path):
+def test_no_gpu_means_no_lease(monkeypatch, tmp_path, state_dir):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     with gpu_lease(tmp_path) as lease:
         assert lease.gpu is None and "CUDA_VISIBLE_DEVICES" not in lease.env
+        assert not (state_dir / "gpu-leases").exists()
 
 
 @pytest.mark.parametrize("value", ["", "-1"])

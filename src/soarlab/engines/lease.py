@@ -34,7 +34,8 @@ STATE_DIR_ENV = "SOARLAB_STATE_DIR"
 
 
 def state_dir() -> Path:
-    """Machine-wide (ports are): $SOARLAB_STATE_DIR, else <tmp>/soarlab-<uid>."""
+    """Where this user's runs on this machine leave their port and GPU leases (ports and GPUs are
+    machine-wide): $SOARLAB_STATE_DIR, else <tmp>/soarlab-<uid>."""
     return Path(os.environ.get(STATE_DIR_ENV) or Path(tempfile.gettempdir()) / f"soarlab-{os.getuid()}")
 
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from soarlab.engines.lease import state_dir
 from soarlab.engines.sglang import JIT_CACHE_VARS  # one folder per GPU slot, reused by its next trial
 
-# Machine-wide (not per project): two projects on one machine must not share a GPU either.
-_LEASE_DIR = Path(tempfile.gettempdir()) / "soarlab-gpu-leases"
+
 def visible_gpus() -> list[str]:
     """The GPUs this process may use: CUDA_VISIBLE_DEVICES when a scheduler set it, else nvidia-smi's."""
     assigned = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -69,7 +69,8 @@ def gpu_lease(cache_root: Path, poll_s: float = 2.0) -> Iterator[Lease]:
         gpu = None
         while gpus and gpu is None:
             for candidate in gpus:
-                held = try_lock(_LEASE_DIR / f"gpu-{candidate}.lock", blocking=False)
+                # machine-wide, beside the port leases: two projects on one machine must not share a GPU either
+                held = try_lock(state_dir() / "gpu-leases" / f"gpu-{candidate}.lock", blocking=False)
                 if held is not None:
                     stack.enter_context(held)
                     gpu = candidate
