@@ -32,7 +32,8 @@ step() {  # step NAME COMMAND...: run it, log to $WORK/NAME.log, print one line
     fi
 }
 need() { step "$@" || { log "newcomer: stopped: the steps after $1 need it"; exit 1; }; }
-in_box() { podman exec -w /home/newcomer/soarlab "$NAME" bash -c "$1"; }
+in_clone() { podman exec -w "/home/newcomer/$1" "$NAME" bash -c "$2"; }  # in_clone soarlab|tests COMMAND
+in_box() { in_clone soarlab "$1"; }
 # Podman here as soarlab runs it (soarlab/container.py): runc, and ulimits at the host's hard limits.
 export CONTAINERS_CONF=$WORK/containers.conf
 nproc_limit=$(ulimit -Hu); pid_max=$(cut -d' ' -f1 /proc/sys/kernel/pid_max)
@@ -57,7 +58,9 @@ base_image() {
     [ -s "$sources" ] || sources=/etc/apt/sources.list
     mmdebstrap --variant=minbase bookworm - "$sources" | podman import - "$BASE"
 }
-clone() { git clone --quiet --no-local "$ROOT" "$WORK/soarlab"; }
+# Two clones: the README's test command runs in one the main command has not touched (its `dvc repro`
+# rewrites dvc.lock, which would hide a stale committed one from the tests that check it).
+clone() { for dir in soarlab tests; do git clone --quiet --no-local "$ROOT" "$WORK/$dir" || return 1; done; }
 # Local files and folders the machine's pip settings name (find-links, file:// indexes, constraints); for
 # an index (.../simple), the folder above it, where its pages' relative links to the files point.
 pip_local_paths() {
@@ -65,7 +68,7 @@ pip_local_paths() {
         | grep -oE "(file://)?/[^ '\"]+" | sed -e 's|^file://||' -e 's|/simple/*$||' | sort -u
 }
 start_box() {
-    local mounts=(-v "$WORK/soarlab:/home/newcomer/soarlab") path var
+    local mounts=(-v "$WORK/soarlab:/home/newcomer/soarlab" -v "$WORK/tests:/home/newcomer/tests") path var
     # The machine's package-index settings as pip and uv read them: config files (the user's too), the
     # local folders they name, PIP_*/UV_* variables; its CA bundle; pip's cache.
     for path in /etc/pip.conf /etc/xdg/pip /etc/ssl/certs $(pip_local_paths); do
@@ -128,7 +131,7 @@ need base-image base_image
 need clone clone
 need start-container start_box
 need readme-main-command main_command
-step readme-test-command in_box "${README_COMMANDS[1]}"
+step readme-test-command in_clone tests "${README_COMMANDS[1]}"
 step sweep sweep
 step dvc-exp-show scores
 step leaderboard leaderboard
