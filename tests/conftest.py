@@ -13,6 +13,23 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _share_the_cores_between_workers() -> None:
+    """Under pytest-xdist, each worker's torch (in this process and in the stages and servers it starts)
+    gets its share of the cores, and idle OpenMP threads sleep. Torch takes every core by default, and two
+    workers' thread pools on the same cores spin at their barriers waiting for a descheduled thread: two
+    evaluate stages side by side took 16x as long (docs/PERFORMANCE.md, "CPU contention"). Set before any
+    test imports torch; a value the developer set wins. GPTQ keeps its pinned thread count
+    (quant.cpu_numerics: its bytes depend on it); the sleeping threads are what spare it there."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        threads = str(max(1, len(os.sched_getaffinity(0)) // workers))
+        for name, value in (("OMP_NUM_THREADS", threads), ("MKL_NUM_THREADS", threads), ("OMP_WAIT_POLICY", "PASSIVE")):
+            os.environ.setdefault(name, value)
+
+
+_share_the_cores_between_workers()
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """The embedded tiny MiniCPM-SALA checkpoint (real tokenizer, config, remote code, bf16 weights), as fetch-model installs it."""

@@ -306,7 +306,21 @@ def _stream(url: str, body: dict) -> list[dict]:
     return chunks
 
 
-def test_transformers_serves_tiny_model(tiny_model_dir, tmp_path):
+def server_environ(port: str) -> dict[str, str]:
+    """The environment of this machine's `transformers serve` process on `port` (read from /proc)."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+            if b"soarlab.engines.transformers_serve" in args and port.encode() in args:
+                raw = (cmdline.parent / "environ").read_bytes()
+                return dict(item.decode().partition("=")[::2] for item in raw.split(b"\0") if item)
+        except OSError:  # a process that ended while we looked
+            continue
+    raise AssertionError(f"no transformers serve process on port {port}")
+
+
+def test_transformers_serves_tiny_model(tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     log = tmp_path / "serve.log"
     cfg = engine_cfg("transformers", port=0, startup_timeout_s=180)
     with open_engine(cfg, tiny_model_dir, log) as server:
@@ -329,5 +343,7 @@ def test_transformers_serves_tiny_model(tiny_model_dir, tmp_path):
         # unknown fields are rejected: why supports_ignore_eos is False
         status, _ = _post(f"{base}/v1/completions", {"model": server.model, "prompt": "x", "ignore_eos": True})
         assert status == 422
+        # its OpenMP threads sleep when idle (no policy chosen here: conftest's is removed above)
+        assert server_environ(base.rsplit(":", 1)[1]).get("OMP_WAIT_POLICY") == "PASSIVE"
     assert http_request(f"{base}/health", timeout=2)[0] is None  # stopped
     assert "Uvicorn running" in log.read_text()
