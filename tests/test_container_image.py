@@ -87,6 +87,9 @@ def test_cpu_image_from_clean_state_serves_bench_and_correctness(project, tiny_m
             # the original model is mounted read-only
             probe = cli.run(["exec", name, "touch", "/models/MiniCPM-SALA/x"])
             assert probe.returncode != 0 and "Read-only" in probe.stderr
+            # torch's thread count in the container is engine.cpu_threads, as in a local server
+            threads = cli.run(["exec", name, "printenv", "OMP_NUM_THREADS"]).stdout.strip()
+            assert threads == str(serve_cfg.engine.cpu_threads), threads
             report, rows = run_level(server, requests, "S1", 1, cfg.bench, tiny_tokenizer, info)
             summary, records = accuracy.evaluate(server, correctness, tiny_model_dir, cfg)
         assert report.valid, report.invalid_reasons

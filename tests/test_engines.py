@@ -319,10 +319,9 @@ def server_environ(port: str) -> dict[str, str]:
     raise AssertionError(f"no transformers serve process on port {port}")
 
 
-def test_transformers_serves_tiny_model(tiny_model_dir, tmp_path, monkeypatch):
-    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+def test_transformers_serves_tiny_model(tiny_model_dir, tmp_path):
     log = tmp_path / "serve.log"
-    cfg = engine_cfg("transformers", port=0, startup_timeout_s=180)
+    cfg = engine_cfg("transformers", port=0, startup_timeout_s=180, cpu_threads=2)  # not conftest's 1 a worker
     with open_engine(cfg, tiny_model_dir, log) as server:
         assert (server.api, server.supports_ignore_eos) == ("openai", False)
         assert server.model == str(Path(tiny_model_dir).resolve())
@@ -343,7 +342,7 @@ def test_transformers_serves_tiny_model(tiny_model_dir, tmp_path, monkeypatch):
         # unknown fields are rejected: why supports_ignore_eos is False
         status, _ = _post(f"{base}/v1/completions", {"model": server.model, "prompt": "x", "ignore_eos": True})
         assert status == 422
-        # its OpenMP threads sleep when idle (no policy chosen here: conftest's is removed above)
-        assert server_environ(base.rsplit(":", 1)[1]).get("OMP_WAIT_POLICY") == "PASSIVE"
+        # torch's thread count is engine.cpu_threads
+        assert server_environ(base.rsplit(":", 1)[1])["OMP_NUM_THREADS"] == "2"
     assert http_request(f"{base}/health", timeout=2)[0] is None  # stopped
     assert "Uvicorn running" in log.read_text()

@@ -116,6 +116,7 @@ class TransformersEngine(ServedEngine):
     trust_remote_code: bool
     log_level: Literal["debug", "info", "warning", "error", "critical"]
     extra_args: Args
+    cpu_threads: PositiveInt | None
 
 
 ServerArg = Union[bool, int, float, str, list[Union[int, float, str]], None]

@@ -67,6 +67,15 @@ def container_name(engine: str, port: int) -> str:
     return f"soarlab-{engine}-{port}"
 
 
+def thread_args(cfg: SoarConfig) -> list[str]:
+    """The server's thread count (engine.cpu_threads) as `run -e` options."""
+    if not isinstance(cfg.engine, TransformersEngine):
+        return []
+    from soarlab.engines.transformers_engine import thread_env
+
+    return [arg for name, value in thread_env(cfg).items() for arg in ("-e", f"{name}={value}")]
+
+
 def serve_flags(cfg: SoarConfig) -> list[str]:
     """Extra server flags after the entrypoint's engine word. SGLang's come from prepare_env.sh."""
     if isinstance(cfg.engine, TransformersEngine):
@@ -102,7 +111,7 @@ def open_container(cfg: SoarConfig, log_path: Path) -> Iterator[Server]:
             "run", "--rm", "--init", "--name", name, "--network", "host",
             "-v", f"{base}:{cfg.package.platform_model_dir}:ro",
             "-e", f"SOARLAB_HOST={ep.host}", "-e", f"SOARLAB_PORT={lease.port}", "-e", f"SOARLAB_MODEL_GROUP={cfg.model.name}",
-            *gpu, *cfg.engine.container_args, spec.tag, spec.engine, *serve_flags(cfg),
+            *thread_args(cfg), *gpu, *cfg.engine.container_args, spec.tag, spec.engine, *serve_flags(cfg),
         )
 
         def stop() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -23,6 +22,12 @@ def serve_flags(cfg: SoarConfig) -> list[str]:
     return flags + engine.extra_args
 
 
+def thread_env(cfg: SoarConfig) -> dict[str, str]:
+    """torch's thread count in the server (engine.cpu_threads; none: torch's default, every core)."""
+    threads = cfg.engine.cpu_threads
+    return {} if threads is None else {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
+
 def build_command(cfg: SoarConfig, model_dir: Path, host: str, port: int) -> list[str]:
     """The server command. Runs through soarlab.engines.transformers_serve (remote-code fix, see there)."""
     return [sys.executable, "-m", "soarlab.engines.transformers_serve", "serve", str(model_dir),
@@ -33,11 +38,7 @@ def build_command(cfg: SoarConfig, model_dir: Path, host: str, port: int) -> lis
 def open_transformers(cfg: SoarConfig, model_dir: Path, log_path: Path) -> Iterator[Server]:
     model_dir = validate_model_dir(Path(model_dir).resolve())
     ep = cfg.engine
-    env = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_UPDATE_CHECK": "1", "TOKENIZERS_PARALLELISM": "false",
-           # Idle OpenMP threads sleep instead of spinning. Two CPU pipelines at once (`dvc queue start
-           # -j 2`, parallel sweep trials) otherwise spin at each other's barriers: two evaluate stages
-           # of the tiny default took 16x as long side by side (docs/PERFORMANCE.md). A user's own value wins.
-           "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+    env = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_UPDATE_CHECK": "1", "TOKENIZERS_PARALLELISM": "false", **thread_env(cfg)}
     with port_lease(ep.host, ep.port) as lease, managed_server(
         build_command(cfg, model_dir, ep.host, lease.port),
         base_url=base_url(ep, lease.port), log_path=log_path, startup_timeout_s=ep.startup_timeout_s,
