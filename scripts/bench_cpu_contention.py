@@ -1,0 +1,82 @@
+#!/usr/bin/env python
+"""Two CPU pipelines at once: the tiny default's evaluate stage alone and two side by side, at one or
+more git revisions (docs/PERFORMANCE.md, "CPU contention").
+
+    . .venv/bin/activate && python scripts/bench_cpu_contention.py --rev 34af6d2~1 --rev 34af6d2
+
+Builds one copy of this project up to evaluate (`dvc repro evaluate`: the default preset quantized
+and packaged) and copies it twice. Then, per revision, with that revision's source (PYTHONPATH) under
+this environment's packages: `soarlab stage evaluate` (its own `transformers serve`, accuracy, bench)
+in one copy alone, then in both at once, as `dvc queue start -j 2` or two parallel sweep trials run
+them. Prints each run's wall and CPU seconds (the stage and everything it started) as a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def start(project: Path, env: dict) -> tuple[subprocess.Popen, float]:
+    proc = subprocess.Popen(["soarlab", "stage", "evaluate"], cwd=project, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return proc, time.perf_counter()
+
+
+def finish(proc: subprocess.Popen, started: float) -> tuple[float, float]:
+    """(wall s, CPU s of the stage and its reaped children) once it exits."""
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"bench_cpu_contention: the evaluate stage failed: {proc.stderr.read()[-800:]}")
+    return wall, usage.ru_utime + usage.ru_stime
+
+
+def measure(rev: str, projects: list[Path], tmp: Path) -> dict[str, list[tuple[float, float]]]:
+    source = tmp / f"src-{rev.replace('/', '_')}"
+    source.mkdir()
+    archive = subprocess.run(["git", "archive", rev, "src"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(source)], input=archive, check=True)
+    env = {**os.environ, "PYTHONPATH": str(source / "src"),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("OMP_WAIT_POLICY", None)  # what a user who chose no policy gets
+    alone = [finish(*start(projects[0], env))]
+    print(f"{rev}: alone {alone[0][0]:.1f} s wall, {alone[0][1]:.1f} s CPU", flush=True)
+    running = [start(project, env) for project in projects]
+    pair = [finish(*run) for run in running]
+    print(f"{rev}: side by side " + ", ".join(f"{w:.1f} s wall / {c:.1f} s CPU" for w, c in pair), flush=True)
+    return {"alone": alone, "pair": pair}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rev", action="append", required=True, help="a git revision (repeatable)")
+    args = parser.parse_args()
+    from conftest import make_project
+
+    with tempfile.TemporaryDirectory(prefix="bench_cpu_contention.") as tmp:
+        first, env = make_project(Path(tmp) / "a")
+        built = subprocess.run(["dvc", "repro", "evaluate"], cwd=first, env=env, capture_output=True, text=True)
+        if built.returncode != 0:
+            sys.exit(f"bench_cpu_contention: dvc repro evaluate failed: {(built.stderr or built.stdout)[-800:]}")
+        second = Path(tmp) / "b"
+        shutil.copytree(first, second, symlinks=True)
+        results = {rev: measure(rev, [first, second], Path(tmp)) for rev in args.rev}
+    print("\n| revision | alone: wall s / CPU s | side by side, each: wall s / CPU s |\n|---|---|---|")
+    for rev, runs in results.items():
+        (wall, cpu), = runs["alone"]
+        pair = "; ".join(f"{w:.1f} / {c:.1f}" for w, c in runs["pair"])
+        print(f"| {rev} | {wall:.1f} / {cpu:.1f} | {pair} |")
+
+
+if __name__ == "__main__":
+    main()
