@@ -4,11 +4,11 @@ more git revisions (docs/PERFORMANCE.md, "CPU contention").
 
     . .venv/bin/activate && python scripts/bench_cpu_contention.py --rev 34af6d2~1 --rev 34af6d2
 
-Builds one copy of this project up to evaluate (`dvc repro evaluate`: the default preset quantized
-and packaged) and copies it twice. Then, per revision, with that revision's source (PYTHONPATH) under
-this environment's packages: `soarlab stage evaluate` (its own `transformers serve`, accuracy, bench)
-in one copy alone, then in both at once, as `dvc queue start -j 2` or two parallel sweep trials run
-them. Prints each run's wall and CPU seconds (the stage and everything it started) as a table.
+Per revision: a clone, run with its own source (PYTHONPATH) under this environment's packages, built
+up to evaluate (`dvc repro evaluate`: the default preset quantized and packaged) and copied once. Then
+`soarlab stage evaluate` (its own `transformers serve`, accuracy, bench) in the clone alone, then in
+the clone and its copy at once, as `dvc queue start -j 2` or two parallel sweep trials run them.
+Prints each run's wall and CPU seconds (the stage and everything it started) as a table.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
 
 
 def start(project: Path, env: dict) -> tuple[subprocess.Popen, float]:
@@ -41,17 +40,21 @@ def finish(proc: subprocess.Popen, started: float) -> tuple[float, float]:
     return wall, usage.ru_utime + usage.ru_stime
 
 
-def measure(rev: str, projects: list[Path], tmp: Path) -> dict[str, list[tuple[float, float]]]:
-    source = tmp / f"src-{rev.replace('/', '_')}"
-    source.mkdir()
-    archive = subprocess.run(["git", "archive", rev, "src"], cwd=ROOT, capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(source)], input=archive, check=True)
-    env = {**os.environ, "PYTHONPATH": str(source / "src"),
+def measure(rev: str, tmp: Path) -> dict[str, list[tuple[float, float]]]:
+    clone = tmp / rev.replace("/", "_").replace("~", "-")
+    subprocess.run(["git", "clone", "-q", "--no-local", str(ROOT), str(clone)], check=True)
+    subprocess.run(["git", "checkout", "-q", rev], cwd=clone, check=True)
+    env = {**os.environ, "PYTHONPATH": str(clone / "src"),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    env.pop("OMP_WAIT_POLICY", None)  # what a user who chose no policy gets
-    alone = [finish(*start(projects[0], env))]
+    env.pop("DVC_ROOT", None)
+    built = subprocess.run(["dvc", "repro", "evaluate"], cwd=clone, env=env, capture_output=True, text=True)
+    if built.returncode != 0:
+        sys.exit(f"bench_cpu_contention: dvc repro evaluate failed at {rev}: {(built.stderr or built.stdout)[-800:]}")
+    copy = clone.with_name(clone.name + "-copy")
+    shutil.copytree(clone, copy, symlinks=True)
+    alone = [finish(*start(clone, env))]
     print(f"{rev}: alone {alone[0][0]:.1f} s wall, {alone[0][1]:.1f} s CPU", flush=True)
-    running = [start(project, env) for project in projects]
+    running = [start(project, env) for project in (clone, copy)]
     pair = [finish(*run) for run in running]
     print(f"{rev}: side by side " + ", ".join(f"{w:.1f} s wall / {c:.1f} s CPU" for w, c in pair), flush=True)
     return {"alone": alone, "pair": pair}
@@ -61,16 +64,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rev", action="append", required=True, help="a git revision (repeatable)")
     args = parser.parse_args()
-    from conftest import make_project
-
     with tempfile.TemporaryDirectory(prefix="bench_cpu_contention.") as tmp:
-        first, env = make_project(Path(tmp) / "a")
-        built = subprocess.run(["dvc", "repro", "evaluate"], cwd=first, env=env, capture_output=True, text=True)
-        if built.returncode != 0:
-            sys.exit(f"bench_cpu_contention: dvc repro evaluate failed: {(built.stderr or built.stdout)[-800:]}")
-        second = Path(tmp) / "b"
-        shutil.copytree(first, second, symlinks=True)
-        results = {rev: measure(rev, [first, second], Path(tmp)) for rev in args.rev}
+        results = {rev: measure(rev, Path(tmp)) for rev in args.rev}
     print("\n| revision | alone: wall s / CPU s | side by side, each: wall s / CPU s |\n|---|---|---|")
     for rev, runs in results.items():
         (wall, cpu), = runs["alone"]
