@@ -14,12 +14,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _share_the_cores_between_workers() -> None:
-    """Under pytest-xdist, each worker's torch (in this process and in the stages and servers it starts)
-    gets its share of the cores, and idle OpenMP threads sleep. Torch takes every core by default, and two
-    workers' thread pools on the same cores spin at their barriers waiting for a descheduled thread: two
-    evaluate stages side by side took 16x as long (docs/PERFORMANCE.md, "CPU contention"). Set before any
-    test imports torch; a value the developer set wins. GPTQ keeps its pinned thread count
-    (quant.cpu_numerics: its bytes depend on it); the sleeping threads are what spare it there."""
+    """Under pytest-xdist, each worker's torch (in this process and in the stages it starts) gets its share
+    of the cores, and idle OpenMP threads sleep. Torch takes every core by default, and two workers' thread
+    pools on the same cores spin at their barriers waiting for a descheduled thread: two evaluate stages
+    side by side took 16x as long as one alone (docs/PERFORMANCE.md, "CPU contention"). Set before any
+    test imports torch; a value the developer set wins. A CPU server takes engine.cpu_threads; GPTQ keeps
+    its pinned thread count (quant.cpu_numerics: its bytes depend on it), and the sleeping threads are what
+    spare it."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
         threads = str(max(1, len(os.sched_getaffinity(0)) // workers))
