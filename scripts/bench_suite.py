@@ -6,13 +6,15 @@
 Each run clones the revision into a temporary folder and runs the README's test command there, as a
 newcomer or CI does on a clean clone (its set-up makes the clone's own .venv; system packages and pip's
 cache are the machine's). Prints one line per run as it ends and, at the end, a table of the runs and
-the ten slowest tests of the last one. Each run's log is kept (its path is printed) and the clones are
-removed. Exits 1 when a run had a failure or an error.
+the ten slowest tests of the last one, and the CPU seconds per test file of the last one (scripts/pytest_cpu.py,
+loaded through PYTEST_ADDOPTS from a folder that holds it alone). Each run's log is kept (its path is
+printed) and the clones are removed. Exits 1 when a run had a failure or an error.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -49,9 +51,14 @@ def one_run(rev: str, command: str, logs: Path, index: int) -> dict:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=clone, capture_output=True,
                                 text=True, check=True).stdout.strip()
         log = logs / f"run{index}-{commit}.log"
+        plugin = Path(tmp) / "plugin"
+        plugin.mkdir()
+        shutil.copy(ROOT / "scripts" / "pytest_cpu.py", plugin)
+        env = {**os.environ, "PYTHONPATH": str(plugin), "PYTEST_ADDOPTS": "-p pytest_cpu",
+               "PYTEST_CPU_DIR": str(logs / f"run{index}-cpu")}
         t0 = time.perf_counter()
         with open(log, "w") as out:
-            code = subprocess.run(["bash", "-c", command], cwd=clone, stdout=out, stderr=subprocess.STDOUT).returncode
+            code = subprocess.run(["bash", "-c", command], cwd=clone, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
         total = time.perf_counter() - t0
     lines = log.read_text(errors="replace").splitlines()
     summary = next((m for m in map(SUMMARY.match, reversed(lines)) if m), None)
@@ -84,6 +91,8 @@ def main() -> None:
     print("\nThe ten slowest of the last run:\n\n| s | phase | test |\n|---|---|---|")
     for row in runs[-1]["slowest"]:
         print(f"| {row['seconds']} | {row['when']} | {row['test']} |")
+    print(f"\nCPU seconds per test file of the last run:\n", flush=True)
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "pytest_cpu.py"), str(logs / f"run{len(runs)}-cpu")])
     sys.exit(0 if all(r["exit"] == 0 for r in runs) else 1)
 
 
