@@ -91,7 +91,7 @@ def main() -> None:
     print("\nThe ten slowest of the last run:\n\n| s | phase | test |\n|---|---|---|")
     for row in runs[-1]["slowest"]:
         print(f"| {row['seconds']} | {row['when']} | {row['test']} |")
-    print(f"\nCPU seconds per test file of the last run:\n", flush=True)
+    print("\nCPU seconds per test file of the last run:\n", flush=True)
     subprocess.run([sys.executable, str(ROOT / "scripts" / "pytest_cpu.py"), str(logs / f"run{len(runs)}-cpu")])
     sys.exit(0 if all(r["exit"] == 0 for r in runs) else 1)
 
