@@ -1,6 +1,7 @@
 """`pytest -m "not slow"` is the quick loop between edits (docs/ARCHITECTURE.md): it must leave out every
 test that starts a pipeline, a sweep, a container or GPTQ. Checked on what pytest really collects: each
-test's source and the source of every fixture it takes (from its module and conftest.py, recursively)."""
+test's source and, recursively, the source of every fixture it takes and every function it calls, from its
+module, conftest.py and the helper modules of tests/ it imports."""
 
 from __future__ import annotations
 
@@ -30,15 +31,25 @@ def functions(path: Path) -> dict[str, ast.FunctionDef]:
     return {node.name: node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
 
 
+@lru_cache(maxsize=None)
+def helpers(path: Path) -> tuple[Path, ...]:
+    """conftest.py (its fixtures need no import) and the modules of tests/ that `path` imports from."""
+    tree = ast.parse(path.read_text())
+    names = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module} - {"conftest"}
+    return (ROOT / "tests" / "conftest.py",
+            *(ROOT / "tests" / f"{n}.py" for n in sorted(names) if (ROOT / "tests" / f"{n}.py").is_file()))
+
+
 def sources(path: Path, name: str, seen: set) -> list[str]:
-    """The source of test or fixture `name` and of the fixtures it takes, recursively."""
-    for where in (path, ROOT / "tests" / "conftest.py"):
+    """The source of test or fixture `name`, of the fixtures it takes and of the functions it calls, recursively."""
+    for where in (path, *helpers(path)):
         node = functions(where).get(name)
         if node is not None and (where, name) not in seen:
             seen.add((where, name))
             found = [ast.get_source_segment(where.read_text(), node)]
-            for arg in node.args.args:
-                found += sources(path, arg.arg, seen)
+            called = [c.func.id for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)]
+            for other in [arg.arg for arg in node.args.args] + called:
+                found += sources(path, other, seen) + [s for h in helpers(path) for s in sources(h, other, seen)]
             return found
     return []
 
