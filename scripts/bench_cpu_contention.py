@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import revision  # scripts/: the clone of a revision and its environment
 
 
 def start(project: Path, env: dict) -> tuple[subprocess.Popen, float]:
@@ -41,12 +41,9 @@ def finish(proc: subprocess.Popen, started: float) -> tuple[float, float]:
 
 
 def measure(rev: str, tmp: Path) -> dict[str, list[tuple[float, float]]]:
-    clone = tmp / rev.replace("/", "_").replace("~", "-")
-    subprocess.run(["git", "clone", "-q", "--no-local", str(ROOT), str(clone)], check=True)
-    subprocess.run(["git", "checkout", "-q", rev], cwd=clone, check=True)
-    env = {**os.environ, "PYTHONPATH": str(clone / "src"),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    env.pop("DVC_ROOT", None)
+    clone = tmp / revision.folder_name(rev)
+    revision.clone(rev, clone)
+    env = revision.source_env(clone)
     built = subprocess.run(["dvc", "repro", "evaluate"], cwd=clone, env=env, capture_output=True, text=True)
     if built.returncode != 0:
         sys.exit(f"bench_cpu_contention: dvc repro evaluate failed at {rev}: {(built.stderr or built.stdout)[-800:]}")

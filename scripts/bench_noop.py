@@ -11,7 +11,6 @@ MLflow store, then `--repeats` timed no-op runs. Prints one line per run and a t
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import revision  # scripts/: the clone of a revision and its environment
 
 
 def repro(clone: Path, env: dict) -> float:
@@ -31,12 +30,9 @@ def repro(clone: Path, env: dict) -> float:
 
 
 def measure(rev: str, repeats: int, tmp: Path) -> list[float]:
-    clone = tmp / rev.replace("/", "_")
-    subprocess.run(["git", "clone", "-q", "--no-local", str(ROOT), str(clone)], check=True)
-    subprocess.run(["git", "checkout", "-q", rev], cwd=clone, check=True)
-    env = {**os.environ, "PYTHONPATH": str(clone / "src"),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    env.pop("DVC_ROOT", None)
+    clone = tmp / revision.folder_name(rev)
+    revision.clone(rev, clone)
+    env = revision.source_env(clone)
     print(f"{rev}: first dvc repro {repro(clone, env):.1f} s, second {repro(clone, env):.1f} s", flush=True)
     times = []
     for i in range(repeats):

@@ -23,7 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import revision  # scripts/: the clone of a revision
+from revision import ROOT
 SUMMARY = re.compile(r"^=+ (?P<counts>.*?) in (?P<seconds>[\d.]+)s")
 DURATION = re.compile(r"^(?P<seconds>[\d.]+)s (?P<when>setup|call|teardown) +(?P<test>\S+)")
 
@@ -46,10 +47,7 @@ def counts(summary: str) -> dict[str, int]:
 def one_run(rev: str, command: str, logs: Path, index: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench_suite.") as tmp:
         clone = Path(tmp) / "soarlab"
-        subprocess.run(["git", "clone", "-q", "--no-local", str(ROOT), str(clone)], check=True)
-        subprocess.run(["git", "checkout", "-q", rev], cwd=clone, check=True)
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=clone, capture_output=True,
-                                text=True, check=True).stdout.strip()
+        commit = revision.clone(rev, clone)
         log = logs / f"run{index}-{commit}.log"
         plugin = Path(tmp) / "plugin"
         plugin.mkdir()

@@ -13,6 +13,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto`: one and a half workers per core (at least 2; `--maxprocesses` caps it). The pipeline tests
+    spend about a third of their time waiting (loopback servers' per-token delays, server starts, Podman),
+    so a worker beyond the cores keeps them busy: on 2 cores, 3 workers ran the suite in 776 s against 804 s
+    with 4 (docs/PERFORMANCE.md, "Test suite"). PYTEST_XDIST_AUTO_NUM_WORKERS, if set, wins."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    return max(2, len(os.sched_getaffinity(0)) * 3 // 2)
+
+
 def _share_the_cores_between_workers() -> None:
     """Under pytest-xdist, each worker's torch (in this process and in the stages it starts) gets its share
     of the cores, and idle OpenMP threads sleep. Torch takes every core by default, and two workers' thread
@@ -29,6 +39,20 @@ def _share_the_cores_between_workers() -> None:
 
 
 _share_the_cores_between_workers()
+
+
+def pytest_collection_modifyitems(items):
+    """Files with the most whole-pipeline tests (e2e, container) first, then by their slow tests. xdist
+    hands each worker a file at a time in this order (`--no-loadscope-reorder` in pyproject.toml), so the
+    longest files start first and the workers finish together, instead of one worker left with a long file
+    that happened to sort last (the default order is by test count, which the quick parametrized files lead)."""
+    from collections import Counter
+
+    heavy, slow = Counter(), Counter()
+    for item in items:
+        heavy[item.path] += bool(item.get_closest_marker("e2e") or item.get_closest_marker("container"))
+        slow[item.path] += bool(item.get_closest_marker("slow"))
+    items.sort(key=lambda item: (-heavy[item.path], -slow[item.path]))
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import pytest
 
 from compare_rerun_lab import DELAY_S, assert_interleaved_fresh_runs_logged_and_tagged, compare_lab
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 
 @pytest.fixture(scope="module")

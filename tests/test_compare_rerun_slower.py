@@ -11,7 +11,7 @@ import pytest
 from compare_rerun_lab import (DELAY_S, RERUNS, assert_interleaved_fresh_runs_logged_and_tagged, compare_lab,
                                machine_noise, mean_s1, run)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 SLOWDOWN = 1.05
 

@@ -1,0 +1,89 @@
+#!/usr/bin/env python
+"""What one rerun of the pipeline costs beside the serving: the wall and CPU seconds of a `dvc exp run
+--temp` that re-runs evaluate and every stage after it, as each `soarlab compare --rerun` and each
+serving-only sweep trial does (docs/PERFORMANCE.md, "A pipeline run's own cost").
+
+    . .venv/bin/activate && python scripts/bench_exp_run.py --rev 37ff0ae --rev HEAD --repeats 3 --pure-yaml
+
+A loopback server (soarlab.bench.loopback) answers at once, so the seconds are DVC's, the stages'
+processes' and the bench client's own. Per revision: a clone run with its own source (PYTHONPATH) under
+this environment's packages, and one full `dvc exp run` on the loopback (`engine=external`,
+`quant=none`, one timed run per level). Then `--repeats` rounds, each one rerun (a fresh `bench.rerun`)
+of every variant in turn, so that a drift of the machine falls on all of them alike. `--pure-yaml` adds
+a variant of each revision with ruamel.yaml's C loader hidden, as in an environment without
+ruamel.yaml.clib. Prints each rerun and a table of medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import revision  # scripts/: the clone of a revision and its environment
+
+PIPELINE = ["-S", "quant=none", "-S", "engine=external", "-S", "bench.pause_after_flush_s=0",
+            "-S", "eval.retries=0", "-S", "bench.repeats=1"]
+
+
+def exp_run(clone: Path, env: dict, url: str, *extra: str) -> tuple[float, float]:
+    """(wall s, CPU s of `dvc` and everything it started) of one `dvc exp run`."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(["dvc", "exp", "run", *PIPELINE, "-S", f"engine.url={url}", *extra], cwd=clone, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"bench_exp_run: dvc exp run failed in {clone}: {proc.stderr.read()[-800:]}")
+    return wall, usage.ru_utime + usage.ru_stime
+
+
+def variants(revs: list[str], pure_yaml: bool, tmp: Path) -> dict[str, tuple[Path, dict]]:
+    """label -> (clone, environment); a clone's pure-YAML variant shares its folder."""
+    hidden = tmp / "no-c-yaml"
+    hidden.mkdir()
+    (hidden / "_ruamel_yaml.py").write_text('raise ImportError("hidden by bench_exp_run --pure-yaml")\n')
+    found = {}
+    for rev in revs:
+        clone = tmp / revision.folder_name(rev)
+        commit = revision.clone(rev, clone)
+        env = revision.source_env(clone)
+        found[f"{rev} ({commit})"] = (clone, env)
+        if pure_yaml:
+            found[f"{rev} ({commit}), pure-Python YAML"] = (clone, {**env, "PYTHONPATH": f"{hidden}{os.pathsep}{env['PYTHONPATH']}"})
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rev", action="append", required=True, help="a git revision (repeatable)")
+    parser.add_argument("--repeats", type=int, default=3, help="reruns of each variant (default 3)")
+    parser.add_argument("--pure-yaml", action="store_true", help="also each revision with ruamel.yaml's C loader hidden")
+    args = parser.parse_args()
+    from soarlab.bench.loopback import LoopbackServer
+
+    with tempfile.TemporaryDirectory(prefix="bench_exp_run.") as tmp, LoopbackServer() as server:
+        found = variants(args.rev, args.pure_yaml, Path(tmp))
+        for label, (clone, env) in found.items():
+            if "pure" not in label:
+                wall, cpu = exp_run(clone, env, server.base_url)
+                print(f"{label}: first run {wall:.1f} s wall, {cpu:.1f} s CPU", flush=True)
+        results: dict[str, list[tuple[float, float]]] = {label: [] for label in found}
+        for i in range(args.repeats):
+            for n, (label, (clone, env)) in enumerate(found.items()):
+                results[label].append(exp_run(clone, env, server.base_url, "--temp", "-S", f"bench.rerun=round{i}-variant{n}"))
+                print(f"{label}: rerun {i + 1}: {results[label][-1][0]:.1f} s wall, {results[label][-1][1]:.1f} s CPU", flush=True)
+    print("\n| variant | rerun: median wall s | median CPU s | CPU s of each |\n|---|---|---|---|")
+    for label, runs in results.items():
+        cpu = [c for _, c in runs]
+        print(f"| {label} | {statistics.median(w for w, _ in runs):.1f} | {statistics.median(cpu):.1f} | "
+              f"{', '.join(f'{c:.1f}' for c in cpu)} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""A git revision of this project in a folder of its own, for the benchmark scripts that compare
+revisions side by side (bench_noop, bench_cpu_contention, bench_exp_run, bench_suite)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def clone(rev: str, dest: Path) -> str:
+    """Clone this repository into `dest` at `rev` (as a fresh clone holds it); return the short commit."""
+    subprocess.run(["git", "clone", "-q", "--no-local", str(ROOT), str(dest)], check=True)
+    subprocess.run(["git", "checkout", "-q", rev], cwd=dest, check=True)
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=dest, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def source_env(dest: Path) -> dict[str, str]:
+    """The environment that runs a clone's own source (PYTHONPATH) with this environment's packages and
+    commands (`dvc`, `soarlab`), as its own project (no DVC_ROOT of a calling `dvc`)."""
+    env = {**os.environ, "PYTHONPATH": str(dest / "src"),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("DVC_ROOT", None)
+    return env
+
+
+def folder_name(rev: str) -> str:
+    """`rev` as a folder name (HEAD~1, origin/main)."""
+    return rev.replace("/", "_").replace("~", "-")
