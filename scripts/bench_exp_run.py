@@ -55,7 +55,8 @@ def variants(revs: list[str], pure_yaml: bool, tmp: Path) -> dict[str, tuple[Pat
         env = revision.source_env(clone)
         found[f"{rev} ({commit})"] = (clone, env)
         if pure_yaml:
-            found[f"{rev} ({commit}), pure-Python YAML"] = (clone, {**env, "PYTHONPATH": f"{hidden}{os.pathsep}{env['PYTHONPATH']}"})
+            pure = {**env, "PYTHONPATH": f"{hidden}{os.pathsep}{env['PYTHONPATH']}"}
+            found[f"{rev} ({commit}), pure-Python YAML"] = (clone, pure)
     return found
 
 
@@ -63,7 +64,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rev", action="append", required=True, help="a git revision (repeatable)")
     parser.add_argument("--repeats", type=int, default=3, help="reruns of each variant (default 3)")
-    parser.add_argument("--pure-yaml", action="store_true", help="also each revision with ruamel.yaml's C loader hidden")
+    parser.add_argument("--pure-yaml", action="store_true",
+                        help="also each revision with ruamel.yaml's C loader hidden")
     args = parser.parse_args()
     from soarlab.bench.loopback import LoopbackServer
 
@@ -76,8 +78,9 @@ def main() -> None:
         results: dict[str, list[tuple[float, float]]] = {label: [] for label in found}
         for i in range(args.repeats):
             for n, (label, (clone, env)) in enumerate(found.items()):
-                results[label].append(exp_run(clone, env, server.base_url, "--temp", "-S", f"bench.rerun=round{i}-variant{n}"))
-                print(f"{label}: rerun {i + 1}: {results[label][-1][0]:.1f} s wall, {results[label][-1][1]:.1f} s CPU", flush=True)
+                wall, cpu = exp_run(clone, env, server.base_url, "--temp", "-S", f"bench.rerun=round{i}-variant{n}")
+                results[label].append((wall, cpu))
+                print(f"{label}: rerun {i + 1}: {wall:.1f} s wall, {cpu:.1f} s CPU", flush=True)
     print("\n| variant | rerun: median wall s | median CPU s | CPU s of each |\n|---|---|---|---|")
     for label, runs in results.items():
         cpu = [c for _, c in runs]
