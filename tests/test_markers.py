@@ -48,8 +48,8 @@ def sources(path: Path, name: str, seen: set) -> list[str]:
             seen.add((where, name))
             found = [ast.get_source_segment(where.read_text(), node)]
             called = [c.func.id for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)]
-            for other in [arg.arg for arg in node.args.args] + called:
-                found += sources(path, other, seen) + [s for h in helpers(path) for s in sources(h, other, seen)]
+            for other in [arg.arg for arg in node.args.args] + called:  # as the test's module and `where` see them
+                found += sources(path, other, seen) + sources(where, other, seen)
             return found
     return []
 
