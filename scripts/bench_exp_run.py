@@ -43,8 +43,8 @@ def exp_run(clone: Path, env: dict, url: str, *extra: str) -> tuple[float, float
     return wall, usage.ru_utime + usage.ru_stime
 
 
-def variants(revs: list[str], pure_yaml: bool, tmp: Path) -> dict[str, tuple[Path, dict]]:
-    """label -> (clone, environment); a clone's pure-YAML variant shares its folder."""
+def variants(revs: list[str], pure_yaml: bool, tmp: Path, url: str) -> dict[str, tuple[Path, dict]]:
+    """label -> (clone, environment), each clone after its first run; its pure-YAML variant shares its folder."""
     hidden = tmp / "no-c-yaml"
     hidden.mkdir()
     (hidden / "_ruamel_yaml.py").write_text('raise ImportError("hidden by bench_exp_run --pure-yaml")\n')
@@ -53,6 +53,8 @@ def variants(revs: list[str], pure_yaml: bool, tmp: Path) -> dict[str, tuple[Pat
         clone = tmp / revision.folder_name(rev)
         commit = revision.clone(rev, clone)
         env = revision.source_env(clone)
+        wall, cpu = exp_run(clone, env, url)
+        print(f"{rev} ({commit}): first run {wall:.1f} s wall, {cpu:.1f} s CPU", flush=True)
         found[f"{rev} ({commit})"] = (clone, env)
         if pure_yaml:
             pure = {**env, "PYTHONPATH": f"{hidden}{os.pathsep}{env['PYTHONPATH']}"}
@@ -70,11 +72,7 @@ def main() -> None:
     from soarlab.bench.loopback import LoopbackServer
 
     with tempfile.TemporaryDirectory(prefix="bench_exp_run.") as tmp, LoopbackServer() as server:
-        found = variants(args.rev, args.pure_yaml, Path(tmp))
-        for label, (clone, env) in found.items():
-            if "pure" not in label:
-                wall, cpu = exp_run(clone, env, server.base_url)
-                print(f"{label}: first run {wall:.1f} s wall, {cpu:.1f} s CPU", flush=True)
+        found = variants(args.rev, args.pure_yaml, Path(tmp), server.base_url)
         results: dict[str, list[tuple[float, float]]] = {label: [] for label in found}
         for i in range(args.repeats):
             for n, (label, (clone, env)) in enumerate(found.items()):
