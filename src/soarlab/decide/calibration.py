@@ -29,9 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from scipy import stats
-
-from soarlab.decide.noise import NoiseRecord, machine_records, side
+from soarlab.decide.noise import NoiseRecord, machine_records, side, t_quantile
 from soarlab.schema import ScoreGroup, SoarConfig
 from soarlab.tracking.tags import MACHINE_TAG
 from soarlab.decide.runs import RunRecord
@@ -51,7 +49,7 @@ class LevelFit:
 
     @property
     def interval(self) -> tuple[float, float]:
-        q = _t(self.confidence, self.df) if self.log_se > 0 else 0.0
+        q = t_quantile(self.confidence, self.df) if self.log_se > 0 else 0.0
         return self.ratio * math.exp(-q * self.log_se), self.ratio * math.exp(q * self.log_se)
 
 
@@ -65,10 +63,6 @@ class Calibration:
     best: dict[tuple[str, str], dict[str, float]]  # duration_best per run group (model, speed set)
     noise: dict[str, NoiseRecord] = field(default_factory=dict)  # between-run noise record per machine
     warnings: list[str] = field(default_factory=list)
-
-
-def _t(confidence: float, df: float) -> float:
-    return float(stats.t.ppf((1 + confidence) / 2, df))
 
 
 def _welch_df(parts: Sequence[tuple[float, float]]) -> float:
@@ -114,7 +108,7 @@ def fit(runs: Sequence[RunRecord], cfg: SoarConfig, use_submissions: bool = True
     if len(offsets) == 1:
         half = _ori_half(submitted[0])
     else:
-        half = _t(conf, len(offsets) - 1) * statistics.stdev(offsets) / math.sqrt(len(offsets))
+        half = t_quantile(conf, len(offsets) - 1) * statistics.stdev(offsets) / math.sqrt(len(offsets))
     configured = cfg.decide.calibration.official_best
     recorded = {L: configured[L] or min(r.official(level_key(L, "duration_s")) for r in submitted) for L in LEVELS}
     calibration = Calibration(levels, statistics.fmean(offsets), half, len(submitted), conf,
@@ -171,7 +165,7 @@ def predict(calibration: Calibration, run: RunRecord, score_cfg: ScoreGroup) -> 
         se_run, df_run = run_log_se(run, level, calibration.noise)
         parts = [(fit_.log_se, fit_.df), (se_run, df_run)]
         se = math.sqrt(sum(s**2 for s, _ in parts))
-        q = _t(calibration.confidence, _welch_df(parts)) if se > 0 else 0.0
+        q = t_quantile(calibration.confidence, _welch_df(parts)) if se > 0 else 0.0
         point = run.duration(level) * fit_.ratio
         durations[level] = (point, point * math.exp(-q * se), point * math.exp(q * se))
     half = math.hypot(calibration.offset_half, _ori_half(run))

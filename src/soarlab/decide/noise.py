@@ -19,12 +19,19 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
 
-from scipy import stats
-
 from soarlab.tracking.params import incidental_key
 from soarlab.tracking.tags import MACHINE_TAG
 from soarlab.decide.runs import RunRecord
 from soarlab.domain import LEVELS
+
+
+def t_quantile(confidence: float, df: float) -> float:
+    """The two-sided Student t quantile at `confidence` with `df` degrees of freedom. scipy loads here,
+    not with this module: its import costs about 0.8 CPU s, and track imports this module for every run
+    it logs, where an interval is needed only once a submission is recorded."""
+    from scipy import stats
+
+    return float(stats.t.ppf((1 + confidence) / 2, df))
 
 
 def config_digest(params: dict[str, str], incidental: Sequence[str]) -> str:
@@ -140,5 +147,5 @@ def log_interval(a: Side, b: Side, confidence: float) -> tuple[float, float] | N
     if total == 0:
         return point, point  # spread measured, and none at all: the difference is exact
     df = total**2 / sum(v**2 / df for v, df in parts if v > 0)
-    q = float(stats.t.ppf((1 + confidence) / 2, df))
+    q = t_quantile(confidence, df)
     return point - q * math.sqrt(total), point + q * math.sqrt(total)

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from scipy import stats
-
 from soarlab.decide.noise import NoiseRecord, config_digest, side
 from soarlab.schema import ScoreGroup, SoarConfig
 from soarlab.tracking.tags import MACHINE_TAG
@@ -63,7 +61,7 @@ def points(table: list[dict], runs: Sequence[RunRecord], cfg: SoarConfig, noise:
         run = by_id[row["run_id"]]
         if row["performance"] is not None and row["ori"] is not None:
             groups[(*run.group, config_digest(run.params, incidental))].append((row, run))
-    z = float(stats.norm.ppf((1 + cfg.decide.confidence) / 2))
+    z = statistics.NormalDist().inv_cdf((1 + cfg.decide.confidence) / 2)
     found = []
     for members in groups.values():
         rows = [row for row, _ in members]

@@ -211,15 +211,15 @@ def _quantize_into(tmp: Path, input_dir: Path, qcfg: QuantGroup, plan, cal: Cali
 def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg: QuantGroup, model_name: str | None = None,
                         root: Path | None = None) -> dict:
     """Quantize `input_dir` into `output_dir` (atomically). Returns the report (dict)."""
+    t_start = time.perf_counter()
+    input_dir, output_dir = Path(input_dir).resolve(), Path(output_dir).resolve()
+    base_config = _refuse_bad_inputs(input_dir, output_dir, qcfg)  # before transformers loads torch: a bad model fails fast
     from transformers import AutoTokenizer
 
     from soarlab.quant import report as rep
     from soarlab.quant.calibration import calibration_samples
     from soarlab.quant.rules import build_plan, inventory
 
-    t_start = time.perf_counter()
-    input_dir, output_dir = Path(input_dir).resolve(), Path(output_dir).resolve()
-    base_config = _refuse_bad_inputs(input_dir, output_dir, qcfg)
     method = qcfg.method
     modules = inventory(input_dir)  # raises when there are no weights
     plan = build_plan(modules, qcfg)
