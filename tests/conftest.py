@@ -139,5 +139,47 @@ def run_in(project: tuple[Path, dict[str, str]], cmd: list[str], ok=(0,), timeou
     """`cmd` in a make_project project; its exit code must be one of `ok`."""
     dest, env = project
     proc = subprocess.run(cmd, cwd=dest, env=env, capture_output=True, text=True, timeout=timeout)
+    return _exit_in(proc, ok)
+
+
+def soarlab_in(project: tuple[Path, dict[str, str]], args: list[str], ok=(0,)) -> subprocess.CompletedProcess:
+    """`soarlab ARGS` in a make_project project, through the CLI's entry point (soarlab.cli.main) in this
+    process: for tests of a command's output and exit code, which a process per call would make pay for
+    MLflow's import each time (about 2 CPU s). What main() changes for its process is put back after it:
+    the environment and working directory (the project's during the call), the signal handlers
+    soarlab.stopping installs, and MLflow's tracking URI."""
+    import contextlib
+    import io
+    import signal
+
+    import mlflow
+
+    from soarlab import stopping
+    from soarlab.cli import main
+
+    dest, env = project
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    saved_handlers = {signum: signal.getsignal(signum) for signum in stopping.SIGNALS}
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        os.chdir(dest)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse's usage errors
+                code = exc.code
+    finally:
+        os.chdir(saved_cwd)
+        mlflow.set_tracking_uri(saved_env.get("MLFLOW_TRACKING_URI"))  # MLflow keeps it in that variable; None unsets
+        os.environ.clear()
+        os.environ.update(saved_env)
+        for signum, handler in saved_handlers.items():
+            signal.signal(signum, handler)
+    return _exit_in(subprocess.CompletedProcess(["soarlab", *args], code, out.getvalue(), err.getvalue()), ok)
+
+
+def _exit_in(proc: subprocess.CompletedProcess, ok) -> subprocess.CompletedProcess:
     assert proc.returncode in ok, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc

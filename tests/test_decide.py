@@ -21,7 +21,7 @@ import yaml
 from soarlab.bench.loopback import LoopbackServer
 from soarlab.datasets.soar import file_sha256
 
-from conftest import LOOPBACK_PIPELINE, make_project, run_in
+from conftest import LOOPBACK_PIPELINE, make_project, run_in, soarlab_in
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -66,8 +66,12 @@ def test_a_settled_no_op_repro_runs_only_inputs_until_the_store_changes(lab):
     assert "no new run logged" in lab["after_write"]
 
 
-def _json(cmd, lab, ok=(0,)):
-    return json.loads(_run(cmd, lab, ok).stdout)
+def _soarlab(args: list[str], lab, ok=(0,)) -> subprocess.CompletedProcess:
+    return soarlab_in(lab["project"], args, ok)
+
+
+def _json(args, lab, ok=(0,)):
+    return json.loads(_soarlab(args, lab, ok).stdout)
 
 
 def test_mlflow_reads_what_the_ui_shows(lab):
@@ -104,24 +108,24 @@ def test_mlflow_reads_what_the_ui_shows(lab):
 def test_compare_slower_and_within_noise(lab):
     """fast1 and fast2 have the same inputs (engine.url is incidental), as have slow and slow2: together they
     are the machine's noise record, so a difference is judged against the spread between runs, not repeats."""
-    slower = _run(["soarlab", "compare", "fast1", "slow"], lab, ok=(3,))
+    slower = _soarlab(["compare", "fast1", "slow"], lab, ok=(3,))
     assert slower.stdout.count("-> slower") == 3 and "C settled in the same band (0.0)" in slower.stdout
     assert "(from 4 runs in 2 groups of equal inputs)" in slower.stdout and "noise: noise record" in slower.stdout
-    same = _json(["soarlab", "compare", "fast1", "fast2", "--json"], lab, ok=(1,))
+    same = _json(["compare", "fast1", "fast2", "--json"], lab, ok=(1,))
     assert [d["verdict"] for d in same["levels"]] == ["within noise"] * 3
     assert all(d["noise"] == ["noise record", "noise record"] for d in same["levels"])
-    faster = _json(["soarlab", "compare", "slow", lab["runs"]["fast2"].info.run_id, "--json"], lab, ok=(0,))
+    faster = _json(["compare", "slow", lab["runs"]["fast2"].info.run_id, "--json"], lab, ok=(0,))
     assert [d["verdict"] for d in faster["levels"]] == ["faster"] * 3
-    bad = _run(["soarlab", "compare", "fast1", "no-such-run"], lab, ok=(2,))
+    bad = _soarlab(["compare", "fast1", "no-such-run"], lab, ok=(2,))
     assert "no run 'no-such-run'" in bad.stderr
-    once = _run(["soarlab", "compare", "fast1", "slow", "--rerun", "1"], lab, ok=(2,))
+    once = _soarlab(["compare", "fast1", "slow", "--rerun", "1"], lab, ok=(2,))
     assert "--rerun 1 gives no spread between runs" in once.stderr and "Fix:" in once.stderr
 
 
 def test_noise_record_from_the_recorded_runs(lab):
     """The record's CV per level pools the spread of each identical pair's log mean durations, read back from MLflow."""
     client = lab["client"]
-    board = _run(["soarlab", "leaderboard", "--no-plot", "--format", "json"], lab)
+    board = _soarlab(["leaderboard", "--no-plot", "--format", "json"], lab)
     line = next(x for x in board.stderr.splitlines() if x.startswith("noise record of "))
     def log_mean(name: str, level: str) -> float:
         series = client.get_metric_history(lab["runs"][name].info.run_id, f"bench.{level}_repeat_duration_s")
@@ -132,12 +136,12 @@ def test_noise_record_from_the_recorded_runs(lab):
         squares = [(log_mean(a, level) - log_mean(b, level)) ** 2 / 2 for a, b in (("fast1", "fast2"), ("slow", "slow2"))]
         assert f"{level} {math.sqrt(sum(squares) / 2):.1%}" in line
     assert "(from 4 runs in 2 groups of equal inputs)" in line
-    gate = _run(["soarlab", "gate", "fast2", "--against", "fast1"], lab, ok=(1,))
+    gate = _soarlab(["gate", "fast2", "--against", "fast1"], lab, ok=(1,))
     assert "noise record of " in gate.stdout
 
 
 def test_leaderboard_order_and_config_difference(lab, tmp_path):
-    rows = _json(["soarlab", "leaderboard", "--format", "json", "--plot", str(tmp_path / "p.png")], lab)
+    rows = _json(["leaderboard", "--format", "json", "--plot", str(tmp_path / "p.png")], lab)
     assert [r["run"].startswith("none · engine=external") for r in rows] == [True] * 4
     slow = {lab["runs"][name].info.run_id for name in ("slow", "slow2")}
     assert {r["run_id"] for r in rows[2:]} == slow  # slowest last (all at C = 0: ordered by speed)
@@ -149,12 +153,12 @@ def test_leaderboard_order_and_config_difference(lab, tmp_path):
     own = client.get_experiment_by_name(f"{experiment.name}-leaderboard")  # not a row among the pipeline's runs
     board = client.search_runs([own.experiment_id], filter_string="tags.`soarlab.kind` = 'leaderboard'")
     assert [a.path for a in client.list_artifacts(board[0].info.run_id, "leaderboard")] == ["leaderboard/p.png"]
-    table = _run(["soarlab", "leaderboard", "--no-plot", "--format", "markdown"], lab).stdout
+    table = _soarlab(["leaderboard", "--no-plot", "--format", "markdown"], lab).stdout
     assert table.splitlines()[1].startswith("|--") and "bench.warmup_max_tokens=16" in table
-    assert _run(["soarlab", "leaderboard", "--no-plot", "--format", "csv"], lab).stdout.startswith("rank,run,run_id,experiment,final")
-    assert _json(["soarlab", "leaderboard", "--no-plot", "--format", "json", "--model", "minicpm_sala"], lab) == []
+    assert _soarlab(["leaderboard", "--no-plot", "--format", "csv"], lab).stdout.startswith("rank,run,run_id,experiment,final")
+    assert _json(["leaderboard", "--no-plot", "--format", "json", "--model", "minicpm_sala"], lab) == []
     sha = lab["runs"]["slow"].data.tags["soarlab.speed_set_sha"][:10]
-    assert len(_json(["soarlab", "leaderboard", "--no-plot", "--format", "json", "--speed-set", sha], lab)) == 4
+    assert len(_json(["leaderboard", "--no-plot", "--format", "json", "--speed-set", sha], lab)) == 4
 
 
 def test_pareto_plot_merges_identical_configs_and_labels_never_overlap(lab, tmp_path):
@@ -191,7 +195,7 @@ def test_record_submission_rejects_missing_and_nonsense_figures(lab):
                        (["--S1", "-5", "--S8", "10", "--Smax", "10", "--accuracy", "80"], "--S1 -5.0 is not a duration"),
                        (["--S1", "5", "--S8", "10", "--Smax", "10", "--accuracy", "180"], "not a raw accuracy"),
                        (["--S1", "5", "--S8", "10", "--Smax", "10", "--accuracy", "80", "--final", "500"], "outside 0..100")):
-        proc = _run(["soarlab", "record-submission", "slow", *args], lab, ok=(2,))
+        proc = _soarlab(["record-submission", "slow", *args], lab, ok=(2,))
         assert proc.stderr.startswith("soarlab: error: ") and says in proc.stderr and "Fix:" in proc.stderr
 
 
@@ -211,7 +215,7 @@ def _best_overrides(lab):
 
 def test_record_submission_round_trips_and_predictions_follow_the_ratio(lab):
     figures = {L: _local(lab, "slow", L) * RATIOS_1[L] for L in RATIOS_1}
-    proc = _run(["soarlab", "record-submission", "slow", "--S1", repr(figures["S1"]), "--S8", repr(figures["S8"]),
+    proc = _soarlab(["record-submission", "slow", "--S1", repr(figures["S1"]), "--S8", repr(figures["S8"]),
                  "--Smax", repr(figures["Smax"]), "--accuracy", "60", "--final", "50", "--note", "first try",
                  *_best_overrides(lab)], lab)
     assert "S8 takes" in proc.stderr and "Smax takes" in proc.stderr and "inverted" in proc.stderr
@@ -226,18 +230,18 @@ def test_record_submission_round_trips_and_predictions_follow_the_ratio(lab):
         assert fast[f"predicted.{level}_duration_s"] == pytest.approx(fast[f"bench.{level}_duration_s"] * ratio, rel=1e-9)
         assert fast[f"predicted.{level}_duration_s_low"] < fast[f"predicted.{level}_duration_s"] < fast[f"predicted.{level}_duration_s_high"]
     assert fast["predicted.ori_accuracy"] == 60 and fast["predicted.C"] == 1.0  # 0 locally + offset 60 - 0
-    board = _json(["soarlab", "leaderboard", "--no-plot", "--format", "json", *_best_overrides(lab)], lab)
+    board = _json(["leaderboard", "--no-plot", "--format", "json", *_best_overrides(lab)], lab)
     assert all(r["predicted_final_low"] <= r["predicted_final"] <= r["predicted_final_high"] for r in board)
     assert next(r for r in board if r["run_id"] == slow.info.run_id)["submitted"] == 50.0
 
 
 def test_gate_exit_codes(lab):
     best = _best_overrides(lab)
-    passed = _run(["soarlab", "gate", "fast1", "--against", "submitted", *best], lab, ok=(0,))
+    passed = _soarlab(["gate", "fast1", "--against", "submitted", *best], lab, ok=(0,))
     assert "PASS" in passed.stdout and "the official figures of" in passed.stdout
-    assert "FAIL" in _run(["soarlab", "gate", "fast1", "--against", "submitted", "--min-gain", "1000", *best], lab, ok=(1,)).stdout
-    assert "FAIL" in _run(["soarlab", "gate", "fast2", "--against", "fast1", *best], lab, ok=(1,)).stdout  # within noise
-    assert "same run" in _run(["soarlab", "gate", "slow", *best], lab, ok=(2,)).stderr
+    assert "FAIL" in _soarlab(["gate", "fast1", "--against", "submitted", "--min-gain", "1000", *best], lab, ok=(1,)).stdout
+    assert "FAIL" in _soarlab(["gate", "fast2", "--against", "fast1", *best], lab, ok=(1,)).stdout  # within noise
+    assert "same run" in _soarlab(["gate", "slow", *best], lab, ok=(2,)).stderr
 
 
 def test_two_submissions_fit_the_geometric_mean_ratio(lab):
@@ -246,7 +250,7 @@ def test_two_submissions_fit_the_geometric_mean_ratio(lab):
     from soarlab.decide.runs import load_runs
 
     figures = {L: _local(lab, "fast2", L) * RATIOS_2[L] for L in RATIOS_2}
-    _run(["soarlab", "record-submission", "fast2", *[x for L in RATIOS_2 for x in (f"--{L}", repr(figures[L]))],
+    _soarlab(["record-submission", "fast2", *[x for L in RATIOS_2 for x in (f"--{L}", repr(figures[L]))],
           "--accuracy", "70"], lab)
     dest = lab["project"][0]
     cfg = compose([f"tracking.uri=sqlite:///{dest / 'mlflow.db'}"], root=dest)

@@ -76,10 +76,9 @@ def test_leaderboard_and_compare_say_a_pruned_trial_has_no_full_bench(tmp_path):
     """A real MLflow store holding one pruned trial, as track logs it (score.pruned = 1, no bench levels):
     the leaderboard says it left it out instead of printing nothing, and compare names why it cannot
     compare it."""
-    import subprocess
-    import sys
+    import os
 
-    from conftest import ROOT
+    from conftest import ROOT, soarlab_in
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = mlflow.MlflowClient(uri)
@@ -87,16 +86,13 @@ def test_leaderboard_and_compare_say_a_pruned_trial_has_no_full_bench(tmp_path):
                             tags={"soarlab.pruned": "C is 0 on the correctness set", "dvc.experiment": "sweep-1a2b3c"})
     client.log_metric(run.info.run_id, "score.pruned", 1.0)
     client.set_terminated(run.info.run_id)
-    soarlab = [sys.executable, "-m", "soarlab.cli"]
+    here = (ROOT, dict(os.environ))
 
-    board = subprocess.run([*soarlab, "leaderboard", "--no-plot", f"tracking.uri={uri}"], cwd=ROOT,
-                           capture_output=True, text=True)
-    assert board.returncode == 0 and board.stdout.strip() == "", board.stderr
+    board = soarlab_in(here, ["leaderboard", "--no-plot", f"tracking.uri={uri}"])
+    assert board.stdout.strip() == "", board.stderr
     assert "no run with bench figures in experiment 'soarlab'" in board.stderr
     assert "1 pruned sweep trial(s) not ranked" in board.stderr
-    compare = subprocess.run([*soarlab, "compare", "sweep-1a2b3c", run.info.run_id[:8], f"tracking.uri={uri}"],
-                             cwd=ROOT, capture_output=True, text=True)
-    assert compare.returncode != 0, compare.stdout
+    compare = soarlab_in(here, ["compare", "sweep-1a2b3c", run.info.run_id[:8], f"tracking.uri={uri}"], ok=(2,))
     assert "is a sweep trial that was pruned (C is 0 on the correctness set)" in compare.stderr, compare.stderr
 
 

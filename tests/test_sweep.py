@@ -196,7 +196,10 @@ def mlflow_server(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
                              "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
                              "--artifacts-destination", str(tmp_path / "server-artifacts")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            # without MLflow's GenAI job runner: its workers cost 24 CPU s per server here
+                            # and hold nothing SOAR Lab logs
+                            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
     try:
         deadline = time.monotonic() + 180
         while not is_healthy(url, timeout=2) and proc.poll() is None and time.monotonic() < deadline:
