@@ -31,6 +31,7 @@ KINDS = [  # (pattern over the command line, kind); the first that matches names
     (r"huey_consumer", "MLflow server job runner"),
     (r"mlflow server|mlflow\.server|uvicorn", "MLflow server"),
     (r"exec\(eval\(sys\.stdin|xdist|pytest", "pytest (the tests' own process)"),
+    (r"-m ?pip (\S+)", "pip {}"),
 ]
 
 
@@ -39,8 +40,9 @@ def kind(cmdline: str) -> str:
         match = re.search(pattern, cmdline)
         if match:
             return name.format(*match.groups())
-    program = cmdline.split(" ", 1)[0]
-    return Path(program).name or "?"
+    if cmdline.startswith("["):  # a kernel thread, named by cpu_of
+        return cmdline
+    return Path(cmdline.split(" ", 1)[0]).name or "?"
 
 
 def cpu_of(pid: str) -> tuple[str, int, str] | None:
