@@ -3,9 +3,11 @@ MLflow runs made by the real pipeline (`dvc exp run` on the tiny default: real D
 
 The pipeline's engine is `engine=external`, pointed at loopback servers (soarlab.bench.loopback)
 started here: two identical ones at FAST_S per token (runs fast1, fast2) and two at SLOW_S (runs slow,
-slow2, with one more config change; each server its own, so that DVC measures each run anew). Equal configurations are the noise record's two groups. They have no chat endpoint,
-so every correctness request fails and scores 0 (local C = 0, with a settled interval [0, 0]); the
-accuracy offset of a recorded submission is what puts predictions in the C = 1 band.
+slow2, with one more config change; each server its own, so that DVC measures each run anew). Equal
+configurations are the noise record's two groups. They have no chat endpoint, so every correctness
+request fails and scores 0 (local C = 0, with a settled interval [0, 0]); the accuracy offset of a
+recorded submission is what puts predictions in the C = 1 band. The `soarlab` commands under test run
+through the CLI's entry point in this process (conftest.soarlab_in); the pipeline runs are processes.
 """
 
 from __future__ import annotations
@@ -216,8 +218,8 @@ def _best_overrides(lab):
 def test_record_submission_round_trips_and_predictions_follow_the_ratio(lab):
     figures = {L: _local(lab, "slow", L) * RATIOS_1[L] for L in RATIOS_1}
     proc = _soarlab(["record-submission", "slow", "--S1", repr(figures["S1"]), "--S8", repr(figures["S8"]),
-                 "--Smax", repr(figures["Smax"]), "--accuracy", "60", "--final", "50", "--note", "first try",
-                 *_best_overrides(lab)], lab)
+                     "--Smax", repr(figures["Smax"]), "--accuracy", "60", "--final", "50", "--note", "first try",
+                     *_best_overrides(lab)], lab)
     assert "S8 takes" in proc.stderr and "Smax takes" in proc.stderr and "inverted" in proc.stderr
     assert "S1 takes" not in proc.stderr and "bench.dataset.profile" in proc.stderr
     client = lab["client"]
@@ -251,7 +253,7 @@ def test_two_submissions_fit_the_geometric_mean_ratio(lab):
 
     figures = {L: _local(lab, "fast2", L) * RATIOS_2[L] for L in RATIOS_2}
     _soarlab(["record-submission", "fast2", *[x for L in RATIOS_2 for x in (f"--{L}", repr(figures[L]))],
-          "--accuracy", "70"], lab)
+              "--accuracy", "70"], lab)
     dest = lab["project"][0]
     cfg = compose([f"tracking.uri=sqlite:///{dest / 'mlflow.db'}"], root=dest)
     calibration = fit(load_runs(cfg)[2], cfg)
