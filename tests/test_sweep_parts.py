@@ -110,6 +110,23 @@ def test_no_gpu_means_no_lease(monkeypatch, tmp_path, state_dir):
         assert not (state_dir / "gpu-leases").exists()
 
 
+def test_a_trials_processes_keep_the_machines_leases(monkeypatch, tmp_path):
+    """A trial's TMPDIR is a folder of its own, but its servers' port leases (and GPU leases) stay in the
+    machine's state folder, where the other trials' and runs' are: else two trials could take one port."""
+    import os
+    import subprocess
+    import sys
+
+    from soarlab.engines.lease import STATE_DIR_ENV, state_dir
+
+    monkeypatch.delenv(STATE_DIR_ENV, raising=False)  # the default, under the machine's temp folder
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with gpu_lease(tmp_path) as lease:
+        seen = subprocess.run([sys.executable, "-c", "from soarlab.engines.lease import state_dir; print(state_dir())"],
+                              env={**os.environ, **lease.env}, capture_output=True, text=True, check=True).stdout.strip()
+    assert seen == str(state_dir()) and not seen.startswith(lease.env["TMPDIR"])
+
+
 @pytest.mark.parametrize("value", ["", "-1"])
 def test_hidden_gpus_count_as_none(monkeypatch, value):
     from soarlab.sweep.lease import parallel_trials

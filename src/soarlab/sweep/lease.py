@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from soarlab.engines.lease import state_dir
+from soarlab.engines.lease import STATE_DIR_ENV, state_dir
 from soarlab.engines.sglang import JIT_CACHE_VARS  # one folder per GPU slot, reused by its next trial
 
 
@@ -79,7 +79,9 @@ def gpu_lease(cache_root: Path, poll_s: float = 2.0) -> Iterator[Lease]:
                 time.sleep(poll_s)  # every GPU is taken: wait for a trial to end
         slot = f"gpu-{gpu}" if gpu is not None else "cpu"
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"soarlab-trial-{slot}-"))
-        env = {"TMPDIR": tmp}
+        # the machine's state folder, resolved here: under the trial's TMPDIR its servers' port leases
+        # would be the trial's alone, and two trials could take one port
+        env = {"TMPDIR": tmp, STATE_DIR_ENV: str(state_dir())}
         env.update({var: str(cache_root / slot / sub) for var, sub in JIT_CACHE_VARS.items()})
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpu
