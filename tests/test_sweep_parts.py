@@ -117,12 +117,12 @@ def test_a_trials_processes_keep_the_machines_leases(monkeypatch, tmp_path):
     import subprocess
     import sys
 
-    from soarlab.engines.lease import STATE_DIR_ENV, state_dir
+    from soarlab.paths import STATE_DIR_ENV, state_dir
 
     monkeypatch.delenv(STATE_DIR_ENV, raising=False)  # the default, under the machine's temp folder
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     with gpu_lease(tmp_path) as lease:
-        seen = subprocess.run([sys.executable, "-c", "from soarlab.engines.lease import state_dir; print(state_dir())"],
+        seen = subprocess.run([sys.executable, "-c", "from soarlab.paths import state_dir; print(state_dir())"],
                               env={**os.environ, **lease.env}, capture_output=True, text=True, check=True).stdout.strip()
     assert seen == str(state_dir()) and not seen.startswith(lease.env["TMPDIR"])
 

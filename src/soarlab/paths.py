@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
+
+STATE_DIR_ENV = "SOARLAB_STATE_DIR"
 
 # DVC runs queued/temp experiments in copies under this folder of the real project.
 _DVC_TEMP_EXPS = (".dvc", "tmp", "exps")
@@ -39,3 +42,9 @@ def owning_project_root(start: str | Path | None = None) -> Path:
         if parts[i : i + len(_DVC_TEMP_EXPS)] == _DVC_TEMP_EXPS:
             return Path(*parts[:i])
     return root
+
+
+def state_dir() -> Path:
+    """Where this user's runs on this machine keep what they share (port and GPU leases, the track lock
+    of a tracking server): $SOARLAB_STATE_DIR, else <tmp>/soarlab-<uid>."""
+    return Path(os.environ.get(STATE_DIR_ENV) or Path(tempfile.gettempdir()) / f"soarlab-{os.getuid()}")

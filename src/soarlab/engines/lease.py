@@ -20,7 +20,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,15 +28,7 @@ from filelock import FileLock, Timeout
 
 from soarlab.engines.server import free_port, port_in_use
 from soarlab.parent_death import proc_stat
-
-STATE_DIR_ENV = "SOARLAB_STATE_DIR"
-
-
-def state_dir() -> Path:
-    """Where this user's runs on this machine leave their port and GPU leases (ports and GPUs are
-    machine-wide): $SOARLAB_STATE_DIR, else <tmp>/soarlab-<uid>."""
-    return Path(os.environ.get(STATE_DIR_ENV) or Path(tempfile.gettempdir()) / f"soarlab-{os.getuid()}")
-
+from soarlab.paths import state_dir
 
 def _ports_dir() -> Path:
     folder = state_dir() / "ports"

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from soarlab.engines.lease import STATE_DIR_ENV, state_dir
 from soarlab.engines.sglang import JIT_CACHE_VARS  # one folder per GPU slot, reused by its next trial
+from soarlab.paths import STATE_DIR_ENV, state_dir
 
 
 def visible_gpus() -> list[str]:

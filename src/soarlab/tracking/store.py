@@ -56,15 +56,15 @@ def inputs_lock(cfg: SoarConfig):
     inputs at once log one run, not two. Beside a sqlite store; for a tracking server, one per server
     on this machine (runs on other machines are not covered)."""
     import hashlib
-    import os
-    import tempfile
 
     from filelock import FileLock
+
+    from soarlab.paths import state_dir
 
     uri = tracking_uri(cfg)
     db = sqlite_file(uri)
     path = Path(f"{db}.inputs.lock") if db is not None else (
-        Path(tempfile.gettempdir()) / f"soarlab-{os.getuid()}" / f"track-{hashlib.sha256(uri.encode()).hexdigest()[:16]}.lock")
+        state_dir() / f"track-{hashlib.sha256(uri.encode()).hexdigest()[:16]}.lock")
     path.parent.mkdir(parents=True, exist_ok=True)
     return FileLock(path)
 
