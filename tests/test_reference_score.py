@@ -1,4 +1,4 @@
-"""reference (MLflow lookup, always runs) -> reports/reference.json -> score (a pure function of files).
+"""reference (MLflow lookup, re-run when the store changed) -> reports/reference.json -> score (a pure function of files).
 
 A real MLflow sqlite store in a scratch project; runs are logged by soarlab.tracking as `track` does.
 """

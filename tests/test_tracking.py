@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -97,8 +98,11 @@ def track_project(tmp_path):
 
     shutil.copytree(ROOT / "conf", tmp_path / "conf")
     reports = tmp_path / "reports"
-    write_json(reports / "bench" / "metrics.json", {"S1_duration_s": 2.0, "S8_duration_s": 3.0, "Smax_duration_s": 4.0})
+    write_json(reports / "bench" / "metrics.json", {"S1_duration_s": 2.0, "S8_duration_s": 3.0, "Smax_duration_s": 4.0,
+                                                    "S1_valid": 1, "S8_valid": 1, "Smax_valid": 1})
     write_json(reports / "score.json", {"final": 99.5, "C": 1.0, "invalid_levels": []})
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "speed.jsonl").write_text('{"question": "q", "model_response": "a"}\n')
     cfg = compose([f"paths.reports={reports}", f"paths.data={tmp_path / 'data'}", "tracking.experiment=test"], root=tmp_path)
     (tmp_path / "params.yaml").write_text(to_yaml(cfg))
     return tmp_path
@@ -141,17 +145,22 @@ def test_track_params_file_is_the_config_its_digest_and_artifact_come_from(track
     assert "other.yaml" in {a.path for a in client.list_artifacts(second_run.info.run_id)}
 
 
+def stage_probe(root, stage: str) -> str:
+    """`soarlab stage STAGE` in `root`; its output ends with whether it loaded MLflow."""
+    probe = (f"import sys; from soarlab.cli import main; code = main(['stage', '{stage}']); "
+             "print('mlflow loaded' if 'mlflow' in sys.modules else 'mlflow not loaded'); sys.exit(code)")
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
 def test_a_no_op_track_skips_mlflow_while_the_store_is_unchanged(track_project):
     """The second track of the same inputs answers from the memo without importing MLflow (what makes a
     no-op `dvc repro` fast); a change to the store (a deleted run) or a new store is still noticed."""
     (track_project / ".dvc").mkdir()
-    probe = ("import sys; from soarlab.cli import main; code = main(['stage', 'track']); "
-             "print('mlflow loaded' if 'mlflow' in sys.modules else 'mlflow not loaded'); sys.exit(code)")
 
     def run_track() -> str:
-        proc = subprocess.run([sys.executable, "-c", probe], cwd=track_project, capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        return proc.stdout
+        return stage_probe(track_project, "track")
 
     first = run_track()
     assert "logged to" in first and "mlflow loaded" in first
@@ -164,3 +173,19 @@ def test_a_no_op_track_skips_mlflow_while_the_store_is_unchanged(track_project):
     (track_project / "mlflow.db").unlink()
     new_store = run_track()
     assert "logged to" in new_store and len(logged_runs(track_project)) == 1
+
+
+def test_the_reference_after_a_logged_run_is_answered_by_track(track_project):
+    """track answers the reference stage's question for the store it has just written: the next reference
+    reads it without loading MLflow, and it is what MLflow answers (the logged run is the best recorded).
+    Another write to the store since (a deleted run) is noticed."""
+    (track_project / ".dvc").mkdir()
+    assert "logged to" in stage_probe(track_project, "track")
+    reference = track_project / "reports" / "reference.json"
+    assert "mlflow not loaded" in stage_probe(track_project, "reference")
+    best = {"source": "best_recorded", "durations": {"S1": 2.0, "S8": 3.0, "Smax": 4.0}, "runs": 1}
+    assert json.loads(reference.read_text()) == best
+    (run,) = logged_runs(track_project)
+    mlflow.MlflowClient(f"sqlite:///{track_project / 'mlflow.db'}").delete_run(run.info.run_id)
+    assert "mlflow loaded" in stage_probe(track_project, "reference")
+    assert json.loads(reference.read_text()) == {**best, "durations": {"S1": None, "S8": None, "Smax": None}, "runs": 0}

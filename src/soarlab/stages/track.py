@@ -5,7 +5,8 @@ inputs and not logged again (without loading MLflow while a local store is uncha
 was recorded: soarlab.tracking.memo), unless it is a sweep trial (each trial is a child run of its sweep);
 the look-up and the new run are one step under a lock, so concurrent tracks of the same inputs log
 one run. With official submissions recorded, the new run also gets the predicted official figures
-(soarlab.decide.calibration)."""
+(soarlab.decide.calibration). Once logged, it answers the reference stage's question for the store as it
+is now (soarlab.tracking.durations), so that the next run's reference need not load MLflow."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from soarlab.datasets.soar import file_sha256
 from soarlab.paths import project_root
 from soarlab.schema import SoarConfig
 from soarlab.tracking import memo
+from soarlab.tracking.durations import remembered_reference
 from soarlab.tracking.pipeline_run import log_pipeline_run, run_with_inputs
 from soarlab.tracking.run_page import inputs_digest
 from soarlab.tracking.store import inputs_lock, tracking_uri
@@ -28,6 +30,7 @@ def run(cfg: SoarConfig, params_file: str | Path = "params.yaml") -> None:
     reports, params_file = root / cfg.paths.reports, Path(params_file).resolve()  # as the CLI read it
     digest = inputs_digest(reports, params_file, run_context())
     speed_set = root / cfg.paths.data / "speed.jsonl"
+    speed_set_sha = file_sha256(speed_set) if speed_set.is_file() else ""
     same = memo.recall(cfg, "track", digest)  # a no-op re-run, the store unchanged since: MLflow need not load
     with contextlib.nullcontext() if same else inputs_lock(cfg):  # the check and the run it creates as one step
         same = same or run_with_inputs(cfg, digest)
@@ -37,11 +40,13 @@ def run(cfg: SoarConfig, params_file: str | Path = "params.yaml") -> None:
             return
         run_id = log_pipeline_run(
             cfg, reports=reports, params_file=params_file, root=root,
-            speed_set_sha=file_sha256(speed_set) if speed_set.is_file() else "", inputs_digest=digest,
+            speed_set_sha=speed_set_sha, inputs_digest=digest,
         )
     from soarlab.decide.calibration import log_predictions  # scipy: loaded only when a run is logged
 
     log_predictions(cfg, [run_id])
+    if speed_set_sha:  # the next run's reference stage asks this of the store just written: answered while MLflow is loaded
+        remembered_reference(cfg, speed_set_sha)
     memo.remember(cfg, "track", digest, run_id)
     print(f"MLflow run {run_id} logged to {tracking_uri(cfg)}; compare runs: {runs_table_url(cfg, run_id)}")
 

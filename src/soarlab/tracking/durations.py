@@ -1,10 +1,19 @@
-"""The per-level durations of recorded pipeline runs: what the reference stage takes its best from."""
+"""The per-level durations of recorded pipeline runs, and the reference the score is measured against
+(`duration_best` of RULES.md 1), from them or from config (`score.reference.source`):
+  config         the numbers in score.reference.durations
+  best_recorded  the fastest valid run recorded for this model on this speed set, per level (null
+                 where none is recorded; score then uses this run's own duration)
+  baseline_run   the durations of the MLflow run score.reference.baseline_run_id
+"""
 
 from __future__ import annotations
 
 from soarlab.bench.metrics import level_key
+from soarlab.config import plain
 from soarlab.domain import LEVELS
+from soarlab.errors import SoarError
 from soarlab.schema import SoarConfig
+from soarlab.tracking import memo
 from soarlab.tracking.store import open_store
 
 
@@ -24,3 +33,32 @@ def recorded_durations(cfg: SoarConfig, speed_set_sha: str, run_id: str | None =
         if all(durations.values()) and valid:
             found.append(durations)
     return found
+
+
+def reference(cfg: SoarConfig, speed_set_sha: str) -> dict:
+    """{source, durations: {level: seconds | null}, runs}: what reports/reference.json holds."""
+    ref = cfg.score.reference
+    if ref.source == "config":
+        missing = [level for level in LEVELS if not ref.durations[level]]
+        if missing:
+            raise SoarError(f"score.reference.source is config but durations of {', '.join(missing)} are not set",
+                            "set score.reference.durations.S1=SECONDS (and S8, Smax)")
+        return {"source": "config", "durations": {level: ref.durations[level] for level in LEVELS}, "runs": 0}
+    if ref.source == "baseline_run":
+        if not ref.baseline_run_id:
+            raise SoarError("score.reference.source is baseline_run but no baseline_run_id is set",
+                            "set score.reference.baseline_run_id to an MLflow run id")
+        runs = recorded_durations(cfg, "", run_id=ref.baseline_run_id)
+        if not runs:
+            raise SoarError(f"run {ref.baseline_run_id} has no valid durations", "pick a run whose bench stage was valid")
+        return {"source": "baseline_run", "durations": runs[0], "runs": 1}
+    runs = recorded_durations(cfg, speed_set_sha)
+    best = {level: min((run[level] for run in runs), default=None) for level in LEVELS}
+    return {"source": "best_recorded", "durations": best, "runs": len(runs)}
+
+
+def remembered_reference(cfg: SoarConfig, speed_set_sha: str) -> dict:
+    """reference(), from soarlab.tracking.memo while a local store is unchanged since it was last asked
+    (without loading MLflow), else asked of the store and remembered."""
+    question = [plain(cfg.score.reference), cfg.model.name, cfg.tracking.experiment, speed_set_sha]
+    return memo.answer(cfg, "reference", question, lambda: reference(cfg, speed_set_sha))

@@ -5,7 +5,8 @@ soarlab.tracking.store.store_stamp), and opening the store (MLflow's import, its
 seconds. For a local sqlite store, its size and modification time change with every write (a new run, a
 deleted run, a recorded submission, a new file), so an answer recorded at the same stamp is still true
 and MLflow need not be asked (e.g. track's own run, just written: the next `dvc repro` re-runs track for
-it, and track answers from here). A tracking server has no such stamp: it is asked every time. The memo
+it, and track answers from here; and the reference of the store track has just written, which the next
+run's reference stage asks for). A tracking server has no such stamp: it is asked every time. The memo
 lives in the owning project's `.dvc/tmp/` (shared with DVC's temporary experiment copies; one answer per kind, keyed by what
 was asked), written atomically; a lost or stale memo only means asking MLflow again.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from soarlab.atomic import write_json
 from soarlab.paths import owning_project_root
@@ -47,7 +48,24 @@ def recall(cfg: SoarConfig, kind: str, key: Any) -> Any | None:
 
 def remember(cfg: SoarConfig, kind: str, key: Any, value: Any) -> None:
     """Record `value` as the answer for `kind` and `key` at the store's current stamp."""
-    stamp, path = store_stamp(cfg), _memo_file()
+    _record(kind, key, value, store_stamp(cfg))
+
+
+def answer(cfg: SoarConfig, kind: str, key: Any, ask: Callable[[], Any]) -> Any:
+    """The remembered answer, else `ask()`'s, remembered at the stamp the store had while it was asked:
+    kept only if no other process wrote to the store meanwhile (its answer could already be stale)."""
+    found = recall(cfg, kind, key)
+    if found is not None:
+        return found
+    before = store_stamp(cfg)
+    value = ask()
+    if before is not None and store_stamp(cfg) == before:
+        _record(kind, key, value, before)
+    return value
+
+
+def _record(kind: str, key: Any, value: Any, stamp: str | None) -> None:
+    path = _memo_file()
     if stamp is None or path is None:
         return
     memo = _read()
