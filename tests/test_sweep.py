@@ -77,6 +77,10 @@ def test_grid_sweep_makes_one_experiment_and_child_run_per_trial(project):
     assert best_levels & set(parent.data.tags["soarlab.best_overrides"].split())
     # One quant preset: quantized once; the serving-only trials took it from DVC's run cache.
     assert quantize_runs(dest, "grid") == 1
+    # After the first trial, each trial's reference was answered without MLflow: the sweep answered it
+    # once it had tagged the trial before.
+    logs = [log.read_text(errors="replace") for log in (dest / "sweeps" / "grid").glob("*/trial.log")]
+    assert sum("remembered, the store unchanged since" in log for log in logs) == 2, logs
 
 
 def test_optuna_sweep_maximizes_final(project):

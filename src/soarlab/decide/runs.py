@@ -15,7 +15,7 @@ from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
 from soarlab.metrics.scoring import coefficient, normalized_accuracy
 from soarlab.schema import ScoreGroup, SoarConfig
-from soarlab.tracking.tags import PRUNED_TAG
+from soarlab.tracking.tags import PRUNED_TAG, SPEED_SET_TAG
 
 SUBMITTED_TAG = "soarlab.submitted"
 SUBMITTED_AT_TAG = "soarlab.submission.recorded_at"
@@ -61,7 +61,7 @@ class RunRecord:
     @property
     def group(self) -> tuple[str, str]:
         """Runs are scored against each other only on the same model and speed set."""
-        return self.tags.get("soarlab.model", ""), self.tags.get("soarlab.speed_set_sha", "")
+        return self.tags.get("soarlab.model", ""), self.tags.get(SPEED_SET_TAG, "")
 
     @property
     def submitted(self) -> bool:
@@ -116,7 +116,7 @@ def load_runs(cfg: SoarConfig, model: str | None = None, speed_set: str | None =
     runs = Runs()
     for run in found:
         tags = run.data.tags
-        if speed_set and not tags.get("soarlab.speed_set_sha", "").startswith(speed_set):
+        if speed_set and not tags.get(SPEED_SET_TAG, "").startswith(speed_set):
             continue
         if sweep and sweep not in (tags.get("mlflow.parentRunId"), tags.get("soarlab.sweep")):
             continue

@@ -19,6 +19,7 @@ from soarlab.tracking.durations import remembered_reference
 
 def run(cfg: SoarConfig) -> None:
     root = project_root()
-    result = remembered_reference(cfg, file_sha256(root / cfg.paths.data / "speed.jsonl"))
+    result, remembered = remembered_reference(cfg, file_sha256(root / cfg.paths.data / "speed.jsonl"))
     write_json(root / cfg.paths.reports / "reference.json", result)
-    print(f"reference ({result['source']}, {result['runs']} run(s)): {result['durations']}")
+    how = "; remembered, the store unchanged since" if remembered else ""
+    print(f"reference ({result['source']}, {result['runs']} run(s){how}): {result['durations']}")

@@ -17,7 +17,7 @@ from soarlab.datasets.soar import file_sha256
 from soarlab.paths import project_root
 from soarlab.schema import SoarConfig
 from soarlab.tracking import memo
-from soarlab.tracking.durations import remembered_reference
+from soarlab.tracking.durations import answer_reference_ahead
 from soarlab.tracking.pipeline_run import log_pipeline_run, run_with_inputs
 from soarlab.tracking.run_page import inputs_digest
 from soarlab.tracking.store import inputs_lock, tracking_uri
@@ -45,8 +45,8 @@ def run(cfg: SoarConfig, params_file: str | Path = "params.yaml") -> None:
     from soarlab.decide.calibration import log_predictions  # scipy: loaded only when a run is logged
 
     log_predictions(cfg, [run_id])
-    if speed_set_sha:  # the next run's reference stage asks this of the store just written: answered while MLflow is loaded
-        remembered_reference(cfg, speed_set_sha)
+    if speed_set_sha:  # what the next run's reference stage asks of the store just written
+        answer_reference_ahead(cfg, speed_set_sha)
     memo.remember(cfg, "track", digest, run_id)
     print(f"MLflow run {run_id} logged to {tracking_uri(cfg)}; compare runs: {runs_table_url(cfg, run_id)}")
 

@@ -34,7 +34,8 @@ from soarlab.sweep.lease import gpu_lease, try_lock
 from soarlab.pruning import PrunedTrial
 from soarlab.sweep.pruning import TrialPruning, forget_pruned_evaluate, pruner_config
 from soarlab.sweep.record import SweepRecord, TrialResult, experiment_name, override_key, trial_key
-from soarlab.tracking.tags import SWEEP_TRIAL_ENV
+from soarlab.tracking.durations import answer_reference_ahead
+from soarlab.tracking.tags import SPEED_SET_TAG, SWEEP_TRIAL_ENV
 
 # Override keys that configure the sweep itself, not the pipeline: never handed to `dvc exp run -S`.
 _SWEEP_KEYS = ("hydra", "sweep", "trial")
@@ -250,6 +251,10 @@ def run_trial(cfg: DictConfig) -> float | PrunedTrial | None:
             saved = pruning.saved_s()
             record.record_pruned(result.run_id, pruning.pruned, saved)
             print(f"[trial] pruned: about {saved if saved is not None else '?'} s of evaluate saved", flush=True)
+        # These writes undid the answer the trial's track remembered for the next trial's reference stage
+        speed_set_sha = record.client.get_run(result.run_id).data.tags.get(SPEED_SET_TAG)
+        if speed_set_sha:
+            answer_reference_ahead(pipeline, speed_set_sha)
     print(f"[trial] {result.line()}", flush=True)
     return PrunedTrial(result.pruned) if result.pruned is not None else result.objective
 

@@ -14,7 +14,8 @@ from soarlab.domain import LEVELS
 from soarlab.errors import SoarError
 from soarlab.schema import SoarConfig
 from soarlab.tracking import memo
-from soarlab.tracking.store import open_store
+from soarlab.tracking.store import open_store, store_stamp
+from soarlab.tracking.tags import SPEED_SET_TAG
 
 
 def recorded_durations(cfg: SoarConfig, speed_set_sha: str, run_id: str | None = None) -> list[dict[str, float]]:
@@ -23,7 +24,7 @@ def recorded_durations(cfg: SoarConfig, speed_set_sha: str, run_id: str | None =
     if run_id:
         runs = [client.get_run(run_id)]
     else:
-        query = f"tags.`soarlab.model` = '{cfg.model.name}' and tags.`soarlab.speed_set_sha` = '{speed_set_sha}'"
+        query = f"tags.`soarlab.model` = '{cfg.model.name}' and tags.`{SPEED_SET_TAG}` = '{speed_set_sha}'"
         runs = client.search_runs([experiment_id], filter_string=query, max_results=5000)
     found = []
     for run in runs:
@@ -57,8 +58,16 @@ def reference(cfg: SoarConfig, speed_set_sha: str) -> dict:
     return {"source": "best_recorded", "durations": best, "runs": len(runs)}
 
 
-def remembered_reference(cfg: SoarConfig, speed_set_sha: str) -> dict:
-    """reference(), from soarlab.tracking.memo while a local store is unchanged since it was last asked
-    (without loading MLflow), else asked of the store and remembered."""
+def remembered_reference(cfg: SoarConfig, speed_set_sha: str) -> tuple[dict, bool]:
+    """(reference(), whether it was remembered): from soarlab.tracking.memo while a local store is unchanged
+    since it was last asked (without loading MLflow), else asked of the store and remembered."""
     question = [plain(cfg.score.reference), cfg.model.name, cfg.tracking.experiment, speed_set_sha]
     return memo.answer(cfg, "reference", question, lambda: reference(cfg, speed_set_sha))
+
+
+def answer_reference_ahead(cfg: SoarConfig, speed_set_sha: str) -> None:
+    """Answer the reference question for a local store as it is now, after a write, while MLflow is loaded:
+    the next run's reference stage then reads it without loading MLflow. A tracking server has no stamp
+    to remember it by; each reference stage asks it anyway."""
+    if store_stamp(cfg) is not None:
+        remembered_reference(cfg, speed_set_sha)

@@ -51,17 +51,18 @@ def remember(cfg: SoarConfig, kind: str, key: Any, value: Any) -> None:
     _record(kind, key, value, store_stamp(cfg))
 
 
-def answer(cfg: SoarConfig, kind: str, key: Any, ask: Callable[[], Any]) -> Any:
-    """The remembered answer, else `ask()`'s, remembered at the stamp the store had while it was asked:
-    kept only if no other process wrote to the store meanwhile (its answer could already be stale)."""
+def answer(cfg: SoarConfig, kind: str, key: Any, ask: Callable[[], Any]) -> tuple[Any, bool]:
+    """(answer, whether it was remembered): the remembered one, else `ask()`'s, remembered at the stamp the
+    store had while it was asked, and only if no other process wrote to it meanwhile (the answer could
+    already be stale)."""
     found = recall(cfg, kind, key)
     if found is not None:
-        return found
+        return found, True
     before = store_stamp(cfg)
     value = ask()
     if before is not None and store_stamp(cfg) == before:
         _record(kind, key, value, before)
-    return value
+    return value, False
 
 
 def _record(kind: str, key: Any, value: Any, stamp: str | None) -> None:

@@ -20,6 +20,7 @@ SWEEP_TRIAL_ENV = {
 # The `soarlab compare --rerun` a run belongs to (soarlab.decide.rerun), through the environment likewise.
 COMPARE_ENV = "SOARLAB_COMPARE"
 MACHINE_TAG = "soarlab.machine"  # the host a run was measured on
+SPEED_SET_TAG = "soarlab.speed_set_sha"  # the content digest of the speed set the run was measured on
 PRUNED_TAG = "soarlab.pruned"  # why a pruning sweep stopped the trial (set by soarlab.sweep.record)
 
 
@@ -48,7 +49,7 @@ def run_tags(cfg: SoarConfig, speed_set_sha: str) -> dict[str, str]:
         "soarlab.model": cfg.model.name,
         "soarlab.quant": cfg.quant.name,
         "soarlab.engine": cfg.engine.name,
-        "soarlab.speed_set_sha": speed_set_sha,
+        SPEED_SET_TAG: speed_set_sha,
         # Between-run noise is a property of the machine (soarlab.decide.noise keeps a record per machine).
         MACHINE_TAG: platform.node(),
         "soarlab.compare": os.environ.get(COMPARE_ENV, ""),
