@@ -1,4 +1,5 @@
-"""Quantization of the tiny model with real GPTQModel (CPU): every preset, rules, faults, stage, CLI."""
+"""Quantization of the tiny model with real GPTQModel (CPU): every preset, faults, stage, CLI (the rules it
+plans by: tests/test_quant_rules.py)."""
 
 from __future__ import annotations
 
@@ -9,20 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from soarlab.config import compose, plain
+from soarlab.config import compose
 from soarlab.errors import SoarError
-from soarlab.schema import QuantGroup
+
+from test_quant_rules import qcfg
 
 # Each test here quantizes the tiny model with real GPTQModel (or takes a module fixture that does).
 pytestmark = pytest.mark.slow
 
 PRESETS = ("gptq_w4", "gptq_w4_mixed", "gptq_w8", "rtn_w4", "none")
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def qcfg(preset="gptq_w4", **changes):
-    """The preset as compose types it, with top-level `changes` (typed by the schema too)."""
-    return QuantGroup.model_validate({**plain(compose([f"quant={preset}"]).quant), **changes})
 
 
 @pytest.fixture(scope="module")
@@ -137,48 +134,6 @@ def test_mixed_preset_keeps_sparse_qkv_at_8_bits_and_exclusions_bf16(quantized):
     assert any("qkv_proj" in k for k in dyn)  # SGLang's fused name is covered too
     assert report["bits_per_module"]["model.layers.0.self_attn.o_gate"] == "bf16"
     assert report["metrics"]["rel_output_error_mean_8bit"] < report["metrics"]["rel_output_error_mean_4bit"]
-
-
-# --- rules (no quantization needed)
-
-def _plan(tiny_model_dir, **changes):
-    from soarlab.quant.rules import build_plan, inventory
-
-    return build_plan(inventory(tiny_model_dir), qcfg(**changes))
-
-
-def test_rule_matching_no_module_warns_with_its_name(tiny_model_dir):
-    with pytest.warns(UserWarning, match="ghost"):
-        plan = _plan(tiny_model_dir, rules=[{"name": "ghost", "match": r".*\.nothing_here", "bits": 8}])
-    assert any("ghost" in w for w in plan.warnings)
-
-
-def test_rule_quantizing_an_excluded_module_is_an_error(tiny_model_dir):
-    with pytest.raises(SoarError, match="o_gate"):
-        _plan(tiny_model_dir, rules=[{"name": "greedy", "match": r".*\.self_attn\..*", "bits": 8}])
-
-
-def test_rule_with_override_exclude_may_quantize_an_excluded_module(tiny_model_dir):
-    plan = _plan(tiny_model_dir, rules=[{"name": "gate8", "match": r".*\.o_gate", "bits": 8, "override_exclude": True}])
-    assert plan.bits["model.layers.0.self_attn.o_gate"] == 8
-
-
-def test_rule_splitting_a_fused_group_is_an_error(tiny_model_dir):
-    with pytest.raises(SoarError, match="fuses"):
-        _plan(tiny_model_dir, rules=[{"name": "q_only", "match": r".*\.q_proj", "bits": 8}])
-
-
-def test_keep_rule_and_mixer_selection(tiny_model_dir):
-    plan = _plan(tiny_model_dir, rules=[{"name": "keep_lightning_mlp", "mixer": "lightning-attn",
-                                         "match": r".*\.mlp\..*", "bits": "keep"}])
-    assert plan.bits["model.layers.1.mlp.up_proj"] is None
-    assert plan.bits["model.layers.0.mlp.up_proj"] == 4
-    assert any(k.startswith("-:") and "gate_up_proj" in k for k in plan.dynamic)
-
-
-def test_group_size_not_dividing_inputs_is_an_error(tiny_model_dir):
-    with pytest.raises(SoarError, match="group_size"):
-        _plan(tiny_model_dir, group_size=96)
 
 
 def test_model_dir_without_weights_is_an_error(tiny_model_dir, tmp_path):
