@@ -14,7 +14,6 @@ Prints each run's wall and CPU seconds (the stage and everything it started) as 
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
@@ -33,11 +32,7 @@ def start(project: Path, env: dict) -> tuple[subprocess.Popen, float]:
 
 def finish(proc: subprocess.Popen, started: float) -> tuple[float, float]:
     """(wall s, CPU s of the stage and its reaped children) once it exits."""
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    if os.waitstatus_to_exitcode(status) != 0:
-        sys.exit(f"bench_cpu_contention: the evaluate stage failed: {proc.stderr.read()[-800:]}")
-    return wall, usage.ru_utime + usage.ru_stime
+    return revision.wait_timed(proc, started, "the evaluate stage")
 
 
 def measure(rev: str, tmp: Path) -> dict[str, list[tuple[float, float]]]:

@@ -20,7 +20,6 @@ import argparse
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -36,11 +35,7 @@ def exp_run(clone: Path, env: dict, url: str, *extra: str) -> tuple[float, float
     started = time.perf_counter()
     proc = subprocess.Popen(["dvc", "exp", "run", *PIPELINE, "-S", f"engine.url={url}", *extra], cwd=clone, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    if os.waitstatus_to_exitcode(status) != 0:
-        sys.exit(f"bench_exp_run: dvc exp run failed in {clone}: {proc.stderr.read()[-800:]}")
-    return wall, usage.ru_utime + usage.ru_stime
+    return revision.wait_timed(proc, started, f"dvc exp run in {clone}")
 
 
 def variants(revs: list[str], pure_yaml: bool, tmp: Path, url: str) -> dict[str, tuple[Path, dict]]:

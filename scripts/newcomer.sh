@@ -45,11 +45,8 @@ cleanup() { podman rm -f "$NAME" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
 # The README's two commands, read from the README itself so that what runs is what it says.
-mapfile -t README_COMMANDS < <(awk '/^## The two commands/{on=1; next} /^## /{on=0} on && /^    [^ ]/{sub(/^    /, ""); print}' "$ROOT/README.md")
-if [ ${#README_COMMANDS[@]} -ne 2 ]; then
-    log "newcomer: error: README.md's 'The two commands' section holds ${#README_COMMANDS[@]} commands, not 2. Fix: keep exactly two indented commands there"
-    exit 2
-fi
+readme_commands=$(bash "$ROOT/scripts/readme_commands.sh" 2>&1) || { log "newcomer: $readme_commands"; exit 2; }
+mapfile -t README_COMMANDS <<<"$readme_commands"
 command -v podman >/dev/null || { log "newcomer: error: podman is not installed. Fix: as root, bash scripts/setup.sh"; exit 2; }
 
 base_image() {

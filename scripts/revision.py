@@ -1,11 +1,13 @@
 """A git revision of this project in a folder of its own, for the benchmark scripts that compare
-revisions side by side (bench_noop, bench_cpu_contention, bench_exp_run, bench_suite)."""
+revisions side by side (bench_noop, bench_cpu_contention, bench_exp_run, bench_suite), and the time a
+command takes there."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,3 +33,13 @@ def source_env(dest: Path) -> dict[str, str]:
 def folder_name(rev: str) -> str:
     """`rev` as a folder name (HEAD~1, origin/main)."""
     return rev.replace("/", "_").replace("~", "-")
+
+
+def wait_timed(proc: subprocess.Popen, started: float, what: str) -> tuple[float, float]:
+    """(wall s since `started`, CPU s of `proc` and the children it reaped) once it exits; exits with its
+    stderr's end, naming `what`, when it failed."""
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"{Path(sys.argv[0]).stem}: {what} failed: {proc.stderr.read()[-800:]}")
+    return wall, usage.ru_utime + usage.ru_stime
