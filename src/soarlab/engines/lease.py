@@ -30,6 +30,7 @@ from soarlab.engines.server import free_port, port_in_use
 from soarlab.parent_death import proc_stat
 from soarlab.paths import state_dir
 
+
 def _ports_dir() -> Path:
     folder = state_dir() / "ports"
     folder.mkdir(parents=True, exist_ok=True)

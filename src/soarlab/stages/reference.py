@@ -4,7 +4,8 @@
 Its source, the MLflow store, is state DVC cannot see: the stage re-runs whenever the store's stamp
 changed (dvc.yaml lists reports/inputs/store.json), and `score` then reads only files. While a local
 store is unchanged, its last answer is reused without loading MLflow (soarlab.tracking.memo); `track`
-answers it for the store it has just written, so the next run's reference does not load MLflow either.
+answers it for the store it has just written (and `soarlab sweep` after it tags a trial's run), so the
+next run's reference does not load MLflow either.
 Writes reports/reference.json: {source, durations: {level: seconds | null}, runs}.
 """
 

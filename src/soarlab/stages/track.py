@@ -29,8 +29,6 @@ def run(cfg: SoarConfig, params_file: str | Path = "params.yaml") -> None:
     root = project_root()
     reports, params_file = root / cfg.paths.reports, Path(params_file).resolve()  # as the CLI read it
     digest = inputs_digest(reports, params_file, run_context())
-    speed_set = root / cfg.paths.data / "speed.jsonl"
-    speed_set_sha = file_sha256(speed_set) if speed_set.is_file() else ""
     same = memo.recall(cfg, "track", digest)  # a no-op re-run, the store unchanged since: MLflow need not load
     with contextlib.nullcontext() if same else inputs_lock(cfg):  # the check and the run it creates as one step
         same = same or run_with_inputs(cfg, digest)
@@ -38,6 +36,8 @@ def run(cfg: SoarConfig, params_file: str | Path = "params.yaml") -> None:
             memo.remember(cfg, "track", digest, same)
             print(f"MLflow run {same} already holds these inputs and results (nothing re-ran): no new run logged")
             return
+        speed_set = root / cfg.paths.data / "speed.jsonl"
+        speed_set_sha = file_sha256(speed_set) if speed_set.is_file() else ""
         run_id = log_pipeline_run(
             cfg, reports=reports, params_file=params_file, root=root,
             speed_set_sha=speed_set_sha, inputs_digest=digest,
