@@ -178,10 +178,14 @@ def test_a_no_op_track_skips_mlflow_while_the_store_is_unchanged(track_project):
 def test_the_reference_after_a_logged_run_is_answered_by_track(track_project):
     """track answers the reference stage's question for the store it has just written: the next reference
     reads it without loading MLflow, and it is what MLflow answers (the logged run is the best recorded).
-    Another write to the store since (a deleted run) is noticed."""
+    Another write to the store since (a deleted run) is noticed. Before the first run there is no store, and
+    so no recorded run, which reference knows without loading MLflow (or making the store)."""
     (track_project / ".dvc").mkdir()
-    assert "logged to" in stage_probe(track_project, "track")
     reference = track_project / "reports" / "reference.json"
+    nothing = {"source": "best_recorded", "durations": {"S1": None, "S8": None, "Smax": None}, "runs": 0}
+    assert "mlflow not loaded" in stage_probe(track_project, "reference")
+    assert json.loads(reference.read_text()) == nothing and not (track_project / "mlflow.db").exists()
+    assert "logged to" in stage_probe(track_project, "track")
     out = stage_probe(track_project, "reference")
     assert "mlflow not loaded" in out and "remembered, the store unchanged since" in out
     best = {"source": "best_recorded", "durations": {"S1": 2.0, "S8": 3.0, "Smax": 4.0}, "runs": 1}
@@ -189,4 +193,4 @@ def test_the_reference_after_a_logged_run_is_answered_by_track(track_project):
     (run,) = logged_runs(track_project)
     mlflow.MlflowClient(f"sqlite:///{track_project / 'mlflow.db'}").delete_run(run.info.run_id)
     assert "mlflow loaded" in stage_probe(track_project, "reference")
-    assert json.loads(reference.read_text()) == {**best, "durations": {"S1": None, "S8": None, "Smax": None}, "runs": 0}
+    assert json.loads(reference.read_text()) == nothing

@@ -5,7 +5,7 @@ Its source, the MLflow store, is state DVC cannot see: the stage re-runs wheneve
 changed (dvc.yaml lists reports/inputs/store.json), and `score` then reads only files. While a local
 store is unchanged, its last answer is reused without loading MLflow (soarlab.tracking.memo); `track`
 answers it for the store it has just written (and `soarlab sweep` after it tags a trial's run), so the
-next run's reference does not load MLflow either.
+next run's reference does not load MLflow either; nor does the first run's, before a local store exists.
 Writes reports/reference.json: {source, durations: {level: seconds | null}, runs}.
 """
 

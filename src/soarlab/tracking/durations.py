@@ -14,7 +14,7 @@ from soarlab.domain import LEVELS
 from soarlab.errors import SoarError
 from soarlab.schema import SoarConfig
 from soarlab.tracking import memo
-from soarlab.tracking.store import open_store, store_stamp
+from soarlab.tracking.store import open_store, store_not_made, store_stamp
 from soarlab.tracking.tags import SPEED_SET_TAG
 
 
@@ -53,7 +53,7 @@ def reference(cfg: SoarConfig, speed_set_sha: str) -> dict:
         if not runs:
             raise SoarError(f"run {ref.baseline_run_id} has no valid durations", "pick a run whose bench stage was valid")
         return {"source": "baseline_run", "durations": runs[0], "runs": 1}
-    runs = recorded_durations(cfg, speed_set_sha)
+    runs = [] if store_not_made(cfg) else recorded_durations(cfg, speed_set_sha)  # a project's first run
     best = {level: min((run[level] for run in runs), default=None) for level in LEVELS}
     return {"source": "best_recorded", "durations": best, "runs": len(runs)}
 

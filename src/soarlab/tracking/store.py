@@ -24,6 +24,13 @@ def sqlite_file(uri: str) -> Path | None:
     return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
 
 
+def store_not_made(cfg: SoarConfig) -> bool:
+    """Whether the store is a local sqlite file that does not exist yet: it holds no run, which is known
+    without MLflow (whose import and new-store migrations cost seconds)."""
+    db = sqlite_file(tracking_uri(cfg))
+    return db is not None and not db.exists()
+
+
 # Where the inputs stage records store_stamp, under the reports folder (dvc.yaml lists it for reference and track).
 STAMP_REPORT = ("inputs", "store.json")
 
