@@ -1,6 +1,6 @@
 """A git revision of this project in a folder of its own, for the benchmark scripts that compare
-revisions side by side (bench_noop, bench_cpu_contention, bench_exp_run, bench_suite), and the time a
-command takes there."""
+revisions side by side (bench_noop, bench_cpu_contention, bench_exp_run, bench_setup, bench_suite), and
+the time a command takes there."""
 
 from __future__ import annotations
 
