@@ -39,7 +39,7 @@ fi
 
 # pip byte-compiles what it installs on one core; installing without that, then compiling the whole
 # environment on every core, gives the same .pyc files sooner (a second run only checks them).
-install() {  # install PYTHON PIP-ARGS...
+pip_install() {  # pip_install PYTHON PIP-ARGS...
     local python=$1; shift
     "$python" -m pip install -q --no-compile "$@"
 }
@@ -60,11 +60,11 @@ compile_env() {  # compile_env PYTHON: only when a package was installed since t
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null || PYTHON=python3
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-install .venv/bin/python --upgrade pip
+pip_install .venv/bin/python --upgrade pip
 # The CPU build first: a plain `torch` requirement would pull a multi-GB CUDA build.
-install .venv/bin/python "torch==2.13.0"
+pip_install .venv/bin/python "torch==2.13.0"
 extras=dev; $gpu && extras=dev,gpu
-install .venv/bin/python -e ".[$extras]"
+pip_install .venv/bin/python -e ".[$extras]"
 compile_env .venv/bin/python
 echo "setup done: $(.venv/bin/soarlab --help | head -1)"
 
@@ -73,8 +73,8 @@ if $gpu; then
     # (tests/test_gpu_env.py resolves it against the package index for Linux x86-64).
     SGLANG_PYTHON=${SGLANG_PYTHON:-$(command -v python3.12 || command -v python3.11 || command -v python3)}
     [ -x .venv-sglang/bin/python ] || "$SGLANG_PYTHON" -m venv .venv-sglang
-    install .venv-sglang/bin/python --upgrade pip
-    install .venv-sglang/bin/python -r requirements/sglang.txt
+    pip_install .venv-sglang/bin/python --upgrade pip
+    pip_install .venv-sglang/bin/python -r requirements/sglang.txt
     compile_env .venv-sglang/bin/python
     echo "setup done: $(.venv-sglang/bin/python -c 'import sglang; print("sglang", sglang.__version__)') in .venv-sglang (engine.python)"
 fi
