@@ -38,7 +38,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 # pip byte-compiles what it installs on one core; installing without that, then compiling the whole
-# environment on every core, gives the same .pyc files sooner (a second run only checks them).
+# environment on every core, gives the same .pyc files sooner.
 pip_install() {  # pip_install PYTHON PIP-ARGS...
     local python=$1; shift
     "$python" -m pip install -q --no-compile "$@"
