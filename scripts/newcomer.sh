@@ -108,7 +108,8 @@ EOF
 leaderboard() { in_box ". .venv/bin/activate && soarlab leaderboard --no-plot"; }
 # The sweep's trials are new runs in the store: the first `dvc repro` after it re-runs reference, score and
 # track (a faster recorded run moves the reference, so the score and its run are new). The second is the
-# no-op: nothing changed since, so no stage but `inputs` runs and no run is logged.
+# no-op: nothing changed but the store, by that run alone, so reference, score and track run once more for
+# it (reference answers from what track remembered, without MLflow) and no run is logged.
 noop_repro() {
     in_box 'runs() { .venv/bin/python -c "import mlflow; c = mlflow.MlflowClient(\"sqlite:///mlflow.db\"); print(len(c.search_runs([c.get_experiment_by_name(\"soarlab\").experiment_id])))"; }
             . .venv/bin/activate && dvc repro > /dev/null && before=$(runs) && dvc repro && after=$(runs)
