@@ -5,9 +5,9 @@ module, also inside functions, followed through soarlab), plus the modules its s
 (`[python, "-m", "soarlab.x"]`, e.g. the transformers engine's launcher), plus the data files those
 modules read, listed by hand in DATA_FILES (e.g. `corpus.txt`, the lm-eval task folder; a test keeps
 the list complete). Left out on purpose (HARNESS): the code that loads params.yaml, finds the project,
-formats errors, writes files atomically, quiets known library warnings and stops a process whose parent
-died. It decides no output's content, and listing it would re-run the whole pipeline for a change of an
-error message.
+formats errors, writes files atomically, quiets known library warnings, sets the garbage collector's
+thresholds and stops a process whose parent died. It decides no output's content, and listing it would
+re-run the whole pipeline for a change of an error message.
 
 A folder in deps must be used whole: where a stage uses a few files of a folder, it lists those files,
 so that e.g. evaluate does not restart a GPU server when `package/checks.py` changes. Files that params
@@ -31,7 +31,7 @@ from conftest import ROOT, make_fresh_project
 SRC = ROOT / "src"
 PKG = SRC / "soarlab"
 HARNESS = {"soarlab", "soarlab.cli", "soarlab.stages", "soarlab.config", "soarlab.schema", "soarlab.errors",
-           "soarlab.paths", "soarlab.atomic", "soarlab.quiet", "soarlab.parent_death"}
+           "soarlab.paths", "soarlab.atomic", "soarlab.quiet", "soarlab.startup", "soarlab.parent_death"}
 STAGES = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
 # The data files (and folders of them) under src/soarlab each module reads: module -> paths under PKG.
 # A .py file in such a folder (the lm-eval task's hooks) is followed as code too.

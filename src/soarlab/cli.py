@@ -162,8 +162,9 @@ def tools_on_path() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from soarlab import quiet
+    from soarlab import quiet, startup
 
+    startup.collect_less_at_import()
     quiet.install()  # known-harmless library warnings (each one's why is there)
     tools_on_path()
     argv = sys.argv[1:] if argv is None else list(argv)

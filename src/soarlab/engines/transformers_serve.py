@@ -71,8 +71,9 @@ def register_remote_architecture(model_dir: str | Path) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from soarlab import quiet
+    from soarlab import quiet, startup
 
+    startup.collect_less_at_import()
     quiet.install()  # before transformers imports torch: the server log keeps only what matters
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--trust-remote-code" in argv:
