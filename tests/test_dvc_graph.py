@@ -42,7 +42,7 @@ DATA_FILES = {
     "soarlab.package.image": ["package/Dockerfile", "package/Dockerfile.cpu"],
     "soarlab.stages.package": ["package/prepare_env.sh", "package/prepare_model.sh", "package/container-entrypoint.sh"],
     "soarlab.tiny.build": ["tiny/spec.yaml"],
-    "soarlab.tiny.embedded": ["tiny/checkpoint"],
+    "soarlab.tiny.embedded": ["tiny/checkpoint", "tiny/draft"],
 }
 # The package stage bundles the whole source tree into the submission: it reads every file as data.
 WHOLE_TREE = {("package", "src/soarlab")}

@@ -7,6 +7,7 @@ Nothing is mocked: real DVC, real `transformers serve`, real GPTQModel, real lm-
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -55,6 +56,20 @@ def test_dvc_repro_runs_every_stage_and_logs_one_run(project):
     assert {"score.final", "bench.S1_duration_s", "accuracy.ori_accuracy"} <= set(run.data.metrics)
     assert run.data.tags["git.commit"]
     assert client.list_artifacts(run.info.run_id, "reports")
+
+
+def test_a_spec_change_re_runs_package_and_evaluate_never_quantize(project):
+    """After a full run: spec=standalone fetches the draft, then package and evaluate (and what reads their
+    outputs); the target is not fetched or quantized again. `dvc repro --dry` says what would run."""
+    dest, env = project
+    subprocess.run(["soarlab", "params", "spec=standalone"], cwd=dest, env=env, check=True)
+    try:
+        out = _run(["dvc", "repro", "--dry"], project)
+    finally:
+        subprocess.run(["git", "checkout", "params.yaml"], cwd=dest, env=env, check=True)
+    ran = set(re.findall(r"Running stage '([\w-]+)'", out))
+    assert {"fetch-draft", "package", "evaluate"} <= ran, out
+    assert not ran & {"fetch-model", "fetch-data", "quantize"}, out
 
 
 def test_exp_run_with_another_quant_skips_fetch_and_logs_a_second_run(project):

@@ -51,7 +51,7 @@ def test_a_server_without_metrics_is_skipped_and_said(tmp_path):
     assert report.server_metrics["prometheus"] == {}
     reason = next(w for w in report.server_metrics["skipped"] if "/metrics" in w)
     assert reason == (f"GET {srv.base_url}/metrics answered 404: this server has no Prometheus metrics "
-                      "(transformers serve has none; SGLang only with --enable-metrics)")
+                      "(transformers serve only with speculative decoding; SGLang only with --enable-metrics)")
     write_level(tmp_path, report, rows)
     assert not [k for k in write_summary(tmp_path, ["S8"], make_plot=False) if "_server_" in k]
 

@@ -83,6 +83,32 @@ def test_grid_sweep_makes_one_experiment_and_child_run_per_trial(project):
     assert sum("remembered, the store unchanged since" in log for log in logs) == 2, logs
 
 
+def test_spec_sweep_reports_acceptance_losslessness_and_the_trade_per_level(project):
+    """sweep=spec on the CPU engine: the spec=none trial first, then the draft model and prompt lookup, each
+    with its acceptance per level, its answers compared with the spec=none trial's, and the gains table."""
+    dest, env = project
+    out = sweep(project, "--name", "spec", *SMALL, "sweep=spec")
+    parent, runs = children(dest, "spec")
+    by_spec = {r.data.tags["soarlab.spec"]: r for r in runs}
+    assert sorted(by_spec) == ["ngram", "none", "standalone"] and all(r.info.status == "FINISHED" for r in runs)
+    assert not [k for k in by_spec["none"].data.metrics if "spec_accept" in k or k.startswith("lossless.")]
+    client = mlflow.MlflowClient(f"sqlite:///{dest / 'mlflow.db'}")
+
+    def answers(run) -> list:
+        path = client.download_artifacts(run.info.run_id, "reports/accuracy/predictions.jsonl", str(dest / "sweeps"))
+        return [json.loads(line)["prediction"] for line in Path(path).read_text().splitlines()]
+
+    for name in ("standalone", "ngram"):
+        metrics = by_spec[name].data.metrics
+        assert all(metrics[f"bench.{lvl}_spec_accept_length"] >= 1 for lvl in ("S1", "S8", "Smax")), metrics
+        assert 0 <= metrics["bench.S1_spec_accept_rate"] <= 1
+        differ = sum(a != b for a, b in zip(answers(by_spec["none"]), answers(by_spec[name])))
+        assert metrics["lossless.questions"] == 4 and metrics["lossless.answers_differ"] == differ
+    assert "speculative decoding against spec=none" in out
+    table = out[out.index("speculative decoding against spec=none"):].splitlines()[1:4]
+    assert table[0].split()[-2:] == ["weighted", "spec"] and {t.split()[-1] for t in table[1:]} == {"spec=standalone", "spec=ngram"}
+
+
 def test_optuna_sweep_maximizes_final(project):
     dest, _ = project
     out = sweep(project, "--name", "opt", *SMALL, "hydra/sweeper=optuna", "hydra.sweeper.n_trials=3",

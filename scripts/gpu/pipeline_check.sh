@@ -10,6 +10,8 @@
 # Environment: PY (default python3), BASE (what every trial gets), SIZE (its bench and accuracy sizes),
 # SWEEP, GIT_DEB (git's .deb, for a host without git). run.sh runs it as the step `pipeline`, with the packs on PYTHONPATH. On a CPU,
 # BASE="engine=transformers" (or engine=external) rehearses all of it but SGLang (scripts/README.md).
+# SPEC=1 measures speculative decoding instead (docs/PERFORMANCE.md "Speculative decoding on a GPU"): the small
+# Llama and a draft for it are trained here (spec_models.py), and SWEEP is spec=none,standalone,ngram with that draft.
 # PRUNING=1 measures pruning instead (docs/PERFORMANCE.md "Pruning on the GPU"): one `dvc exp run` of BASE
 # first (upstream stages cached, JIT warm), then SWEEP twice in this one project, without and with
 # sweep.prune=true. eval.retries (1 and 2: a retry is only made for a failed request) tells the two
@@ -28,6 +30,10 @@ BASE=${BASE:-"engine=sglang engine.python=$PY engine.server_args.attention-backe
   +engine.server_args.cuda-graph-max-bs=8 +engine.server_args.mem-fraction-static=0.5"}
 SIZE=${SIZE:-"bench.dataset.num_requests=4 eval.limit=4"}  # how much each trial's bench and accuracy run
 BASE="model.source=local model.local_path=$MODEL quant=none $SIZE $BASE"
+if [ -n "${SPEC:-}" ]; then
+  BASE="$BASE spec.draft.source=local spec.draft.local_path=$WORK/small_llama_draft"
+  SWEEP=${SWEEP:-"spec=none,standalone,ngram"}
+fi
 SWEEP=${SWEEP:-"+engine.server_args.kv-cache-dtype=auto,fp8_e4m3,fp8_e5m2"}
 
 # `soarlab` and `dvc` as the stages' commands call them; each stage imports the src/ of the workspace
@@ -53,8 +59,12 @@ rm -rf "$WORK/project" && mkdir -p "$WORK/project"
 (cd "$SRC" && tar cf - --exclude=./.git --exclude=./.venv --exclude=./.gpu --exclude=./gpu-results .) | tar xf - -C "$WORK/project"
 cd "$WORK/project"
 rm -rf .git models data reports sweeps mlflow.db mlartifacts
-PYTHONPATH="$HERE:$PWD/src${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c \
-  "import sys; from pathlib import Path; from models import write_small_llama; write_small_llama(Path(sys.argv[1]))" "$MODEL"
+if [ -n "${SPEC:-}" ]; then
+  PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$HERE/spec_models.py" "$MODEL" "$WORK/small_llama_draft"
+else
+  PYTHONPATH="$HERE:$PWD/src${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c \
+    "import sys; from pathlib import Path; from models import write_small_llama; write_small_llama(Path(sys.argv[1]))" "$MODEL"
+fi
 # A fresh project has no outputs: the committed dvc.lock names the tiny model's, which this cache lacks.
 git init -q -b main && rm -f dvc.lock && git add -A && git commit -qm "pipeline check" && echo "project ready in $(( $(date +%s) - t0 )) s"
 
@@ -90,6 +100,7 @@ out = sys.argv[1]
 con = sqlite3.connect(f"{out}/mlflow.db")
 rows = con.execute("select r.name, m.key, m.value from runs r join latest_metrics m on m.run_uuid = r.run_uuid "
                    "where m.key like '%final' or m.key like '%performance' or m.key like '%duration_s' "
+                   "or m.key like '%spec_accept%' or m.key like 'lossless.%' "
                    "order by r.start_time, m.key").fetchall()
 tags = {}
 for run, key, value in con.execute("select run_uuid, key, value from tags"):

@@ -13,7 +13,7 @@ from soarlab import stopping
 from soarlab.domain import LEVELS
 from soarlab.errors import error_line
 
-STAGES = ("check-params", "inputs", "fetch-model", "fetch-data", "quantize", "package", "evaluate", "bench", "accuracy", "reference", "score", "track")
+STAGES = ("check-params", "inputs", "fetch-model", "fetch-draft", "fetch-data", "quantize", "package", "evaluate", "bench", "accuracy", "reference", "score", "track")
 
 
 def _handler(target: str):

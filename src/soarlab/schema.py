@@ -40,6 +40,7 @@ class ModelGroup(Group):
     local_path: str | None
     revision: str | None
     baseline_accuracy: Percent
+    max_eagle_topk: PositiveInt  # widest speculative draft tree the model can verify (RULES.md 6)
 
 
 # ---- quant ----
@@ -167,6 +168,7 @@ class Profile(Group):
 class ServerMetrics(Group):
     every_s: Seconds
     prometheus: dict[str, str]
+    counters: dict[str, str]
     nvml: bool
 
 
@@ -227,6 +229,26 @@ class EvalGroup(Group):
     bootstrap: Bootstrap
     tasks: list[str]
     standard_limit: PositiveInt | None
+
+
+# ---- spec ----
+Sha = Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")]
+
+
+class DraftSource(Group):
+    source: Literal["none", "embedded", "huggingface", "modelscope", "local"]
+    repo_id: str | None
+    revision: Sha | None  # hub sources: the pinned commit
+    local_path: str | None
+
+
+class SpecGroup(Group):
+    name: str
+    algorithm: Literal["STANDALONE", "NGRAM", "EAGLE", "EAGLE3"] | None
+    draft: DraftSource
+    num_steps: PositiveInt | None
+    eagle_topk: PositiveInt | None
+    num_draft_tokens: PositiveInt | None
 
 
 # ---- score ----
@@ -317,6 +339,7 @@ class DecideGroup(Group):
 class Paths(Group):
     base_model: str
     quantized_model: str
+    draft_model: str
     data: str
     reports: str
 
@@ -343,6 +366,7 @@ class SoarConfig(Group):
     model: ModelGroup
     quant: QuantGroup
     engine: Engine
+    spec: SpecGroup
     bench: BenchGroup
     eval: EvalGroup
     score: ScoreGroup
@@ -382,8 +406,13 @@ def _validated(model: type[Group], cfg, where: str, prefix: tuple = ()):
 
 
 def validate(cfg, where: str = "the config") -> SoarConfig:
-    """The typed config; SoarError naming the first bad key (and how many more there are)."""
-    return _validated(SoarConfig, cfg, where)
+    """The typed config; SoarError naming the first bad key (and how many more there are), or the
+    first speculative-decoding combination known to fail (soarlab.speculative.check)."""
+    from soarlab.speculative import check
+
+    typed = _validated(SoarConfig, cfg, where)
+    check(typed)
+    return typed
 
 
 def validate_trial(trial_cfg, where: str = "conf/sweep_app.yaml") -> SweepTrial:

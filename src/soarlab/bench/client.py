@@ -51,6 +51,7 @@ class Record:
     server_tokens: int | None = None  # meta_info.completion_tokens / usage.completion_tokens
     server_prompt_tokens: int | None = None
     client_tokens: int | None = None  # retokenized generated text (bench_serving's "retokenized")
+    spec_verify_ct: int | None = None  # SGLang's meta_info: speculative verifications of this request
     text: str = ""
     error: str | None = None
     raw: list = field(default_factory=list)  # OpenAI content chunks, parsed after the level
@@ -278,6 +279,7 @@ class SGLangClient(ApiClient):
         meta = data.get("meta_info") or {}
         rec.server_tokens = meta.get("completion_tokens", rec.server_tokens)
         rec.server_prompt_tokens = meta.get("prompt_tokens")
+        rec.spec_verify_ct = meta.get("spec_verify_ct")
         if not done:
             rec.error = "the stream ended before [DONE] (connection dropped?)"
 

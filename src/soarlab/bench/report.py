@@ -116,4 +116,8 @@ def server_metrics_lines(report: LevelReport) -> list[str]:
     sampled = report.server_metrics.get("prometheus") or {}
     lines = [f"{report.level} server: " + ", ".join(f"{k} mean {v['mean']:.2f} max {v['max']:.2f}" for k, v in sampled.items())] \
         if sampled else []
+    spec = report.server_metrics.get("spec")
+    if spec:
+        rate = "" if spec["accept_rate"] is None else f", {100 * spec['accept_rate']:.0f}% of drafted tokens accepted"
+        lines.append(f"{report.level} speculative decoding: {spec['accept_length']:.2f} tokens per verification{rate}")
     return lines + [f"{report.level} skipped: {why}" for why in report.server_metrics.get("skipped") or []]

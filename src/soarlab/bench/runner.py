@@ -17,7 +17,7 @@ import aiohttp
 from soarlab.bench.client import ApiClient, LevelRun, Record, client_for, make_session
 from soarlab.bench.metrics import PER_REQUEST, Diagnostics, Spread, check
 from soarlab.bench.requests import BenchRequest
-from soarlab.bench.server_metrics import Sampler
+from soarlab.bench.server_metrics import Sampler, acceptance
 from soarlab.bench.results import LevelReport, Method, RunReport, ServerInfo, SpeedSetInfo, Warmup
 from soarlab.engines.server import Server
 from soarlab.errors import SoarError
@@ -86,6 +86,8 @@ async def _run_level_async(server: Server, client: ApiClient, requests, level, c
     for repeat, (run, _flush_state) in enumerate(runs):
         client.finish_records(run.records, tokenizer)
         rows.extend(record_row(r, level, repeat, run.start) for r in run.records)
+    if sampled:
+        sampled["spec"] = acceptance(sampled, [r for run, _ in runs for r in run.records])
     return runs, rows, warmup, sampled
 
 

@@ -94,7 +94,17 @@ def compare(a_runs: Sequence[RunRecord], b_runs: Sequence[RunRecord], cfg: SoarC
     return {"a": a.run_id, "b": b.run_id, "a_name": a.name, "b_name": b.name, "confidence": confidence,
             "a_runs": [r.run_id for r in a_runs], "b_runs": [r.run_id for r in b_runs],
             "noise_record": record.describe() if record else None, "levels": [asdict(d) for d in levels],
-            "accuracy": accuracy, "C_band_a": bands["A"], "C_band_b": bands["B"], "exit_code": code}
+            "accuracy": accuracy, "C_band_a": bands["A"], "C_band_b": bands["B"], "exit_code": code,
+            "speculative": {side: speculative_figures(run) for side, run in (("A", a), ("B", b))}}
+
+
+def speculative_figures(run: RunRecord) -> dict | None:
+    """Tokens per speculative verification per level, and the answers it changed; None without speculative decoding."""
+    accept = {level: run.metrics.get(f"bench.{level}_spec_accept_length") for level in LEVELS}
+    changed = run.metrics.get("lossless.answers_differ")
+    if all(v is None for v in accept.values()) and changed is None:
+        return None
+    return {"accept_length": accept, "answers_changed": changed}
 
 
 def _describe(d: dict) -> str:
@@ -147,6 +157,11 @@ def compare_cli(args) -> int:
     for d in result["levels"]:
         print(_describe(d))
     print(f"accuracy: {result['accuracy']}")
+    for side, spec in result["speculative"].items():
+        if spec:
+            accept = ", ".join(f"{lvl} {v:.2f}" for lvl, v in spec["accept_length"].items() if v is not None)
+            changed = "" if spec["answers_changed"] is None else f"; answers changed against spec=none: {spec['answers_changed']:.0f}"
+            print(f"speculative decoding ({side}): tokens per verification {accept or '-'}{changed}")
     verdict = {EXIT_BETTER: "B is better", EXIT_SAME: "no difference beyond noise", EXIT_WORSE: "B is worse",
                EXIT_MIXED: "mixed: B is faster at one level and slower at another"}[result["exit_code"]]
     print(f"verdict: {verdict} (exit {result['exit_code']})")

@@ -38,6 +38,8 @@ def _row(run: RunRecord, local, official) -> dict:
         row[f"{level}_s"] = run.duration(level)
         row[f"{level}_spread_s"] = run.metrics.get(f"bench.{level}_spread_s")
         row[f"{level}_speed"] = local.speeds[level][0] if local else None
+        row[f"{level}_accept_length"] = run.metrics.get(f"bench.{level}_spec_accept_length")
+    row["answers_changed_by_spec"] = run.metrics.get("lossless.answers_differ")
     if official:
         row.update({"predicted_final": official.final[0], "predicted_final_low": official.final[1],
                     "predicted_final_high": official.final[2], "predicted_C": official.C[0]})
@@ -76,6 +78,10 @@ def _display(row: dict) -> dict:
         out[f"{level} s"] = _cell(row[f"{level}_s"]) + spread
     if "predicted_final" in row:
         out["official final (pred.)"] = f"{_cell(row['predicted_final'])} [{_cell(row['predicted_final_low'])}, {_cell(row['predicted_final_high'])}]"
+    accepts = [row[f"{level}_accept_length"] for level in LEVELS]
+    if any(a is not None for a in accepts) or row["answers_changed_by_spec"] is not None:
+        out["spec accept " + "/".join(LEVELS)] = "/".join(_cell(a) for a in accepts)
+        out["answers changed"] = _cell(row["answers_changed_by_spec"])
     out["submitted"] = _cell(row["submitted"])
     out["differs from best"] = row["differs_from_best"] or ("(best)" if row["rank"] == 1 else "(same config)")
     return out

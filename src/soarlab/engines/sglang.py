@@ -28,6 +28,7 @@ from soarlab.schema import SoarConfig
 
 # Set by the launcher from engine.host / engine.port and the model directory, never by server_args.
 RESERVED_FLAGS = ("model-path", "model", "host", "port")
+SPECULATIVE_PREFIX = "speculative-"  # set from the spec group (soarlab.speculative), never by server_args
 # SGLang's JIT compilers and the variable that moves each one's cache under engine.jit_cache_dir.
 JIT_CACHE_VARS = {"TVM_FFI_CACHE_DIR": "tvm-ffi", "TRITON_CACHE_DIR": "triton", "FLASHINFER_WORKSPACE_BASE": "flashinfer",
                   "TORCHINDUCTOR_CACHE_DIR": "inductor"}
@@ -64,6 +65,11 @@ def server_flags(engine, serve_quantization: str | None) -> list[str]:
                 f"engine.server_args sets --{name}, which the launcher sets itself",
                 "remove it; use engine.host / engine.port, the model comes from the pipeline",
             )
+        if name.startswith(SPECULATIVE_PREFIX):
+            raise SoarError(
+                f"engine.server_args sets --{name}: speculative decoding is the spec group's",
+                "remove it and pick spec=standalone|ngram|eagle3 (its keys: spec.num_steps, spec.draft, ...)",
+            )
         flags[name] = value
     quant = serve_quantization
     if quant is not None:
@@ -97,8 +103,11 @@ def sglang_python(python: str | None) -> Path:
 
 
 def build_command(cfg: SoarConfig, model_dir: Path, host: str, port: int) -> list[str]:
-    """`python -m sglang.launch_server` on model_dir with the configured flags."""
+    """`python -m sglang.launch_server` on model_dir with the configured flags and speculative decoding."""
+    from soarlab import speculative
+
     flags = server_flags(cfg.engine, cfg.quant.serve_quantization)
+    flags += speculative.server_flags(cfg.spec, Path(cfg.paths.draft_model).resolve())
     if cfg.engine.enable_metrics and "--enable-metrics" not in flags:
         flags.append("--enable-metrics")  # Prometheus /metrics for bench (soarlab.bench.server_metrics)
     return [str(sglang_python(cfg.engine.python)), "-m", "sglang.launch_server", "--model-path", str(model_dir),

@@ -29,9 +29,13 @@ def thread_env(cfg: SoarConfig) -> dict[str, str]:
 
 
 def build_command(cfg: SoarConfig, model_dir: Path, host: str, port: int) -> list[str]:
-    """The server command. Runs through soarlab.engines.transformers_serve (remote-code fix, see there)."""
+    """The server command. Runs through soarlab.engines.transformers_serve (remote-code fix and speculative
+    decoding, see there), which takes SGLang's `--speculative-*` flags."""
+    from soarlab import speculative
+
     return [sys.executable, "-m", "soarlab.engines.transformers_serve", "serve", str(model_dir),
-            "--host", host, "--port", str(port), *serve_flags(cfg)]
+            "--host", host, "--port", str(port), *serve_flags(cfg),
+            *speculative.server_flags(cfg.spec, Path(cfg.paths.draft_model).resolve())]
 
 
 @contextlib.contextmanager

@@ -10,8 +10,9 @@ dies at startup with `AttributeError: module transformers has no attribute ...`.
 This launcher makes exactly that lookup resolve: when the forced model's architecture is not
 in transformers and its `config.json` maps `AutoModelForCausalLM` to remote code, it binds the
 architecture name to a loader that goes through `AutoModelForCausalLM.from_pretrained` (which
-honours `trust_remote_code` and `auto_map`, the documented path for remote code). Everything
-else is the unmodified `transformers` CLI.
+honours `trust_remote_code` and `auto_map`, the documented path for remote code). It also takes
+SGLang's `--speculative-*` flags and decodes speculatively as they ask (soarlab.engines.cpu_speculation).
+Everything else is the unmodified `transformers` CLI.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+
+from soarlab.engines import cpu_speculation
 
 
 def _force_model(argv: list[str]) -> str | None:
@@ -76,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     startup.collect_less_at_import()
     quiet.install()  # before transformers imports torch: the server log keeps only what matters
     argv = list(sys.argv[1:] if argv is None else argv)
+    speculation = cpu_speculation.pop_flags(argv)
     if "--trust-remote-code" in argv:
         model = _force_model(argv)
         if model:
@@ -85,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
 
             prepare(model)
             register_remote_architecture(model)
+    if speculation is not None:  # after GPTQModel's import, which replaces the `transformers` module
+        cpu_speculation.install(speculation)
     from transformers.cli.transformers import main as transformers_main
 
     sys.argv = ["transformers", *argv]

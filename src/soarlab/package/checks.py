@@ -22,24 +22,29 @@ SECRET_TEXT = re.compile(rb"-----BEGIN [A-Z ]*PRIVATE KEY-----|\bhf_[A-Za-z0-9]{
 TEXT_SUFFIXES = {".py", ".sh", ".yaml", ".yml", ".json", ".jsonl", ".toml", ".txt", ".cfg", ".md", ".jinja", ""}
 
 
-def check_size(size: int, limit: int) -> None:
+def check_size(size: int, limit: int, draft_bytes: int = 0) -> None:
     if size > limit:
+        draft = f", the speculative-decoding draft {draft_bytes} of them before compression" if draft_bytes else ""
         raise SoarError(
-            f"submission.tar.gz is {size} bytes, over the limit of {limit} bytes (package.max_size_bytes, RULES.md 4)",
-            "keep weights and large files out of src/ and conf/ (quantization runs on the platform)",
+            f"submission.tar.gz is {size} bytes, over the limit of {limit} bytes (package.max_size_bytes, RULES.md 4){draft}",
+            "keep weights and large files out of src/ and conf/ (quantization runs on the platform); "
+            "a smaller draft model (spec.draft), or spec=ngram, which ships none",
         )
 
 
-def content_problems(tar_path: Path, forbidden: list[str], build_paths: list[str]) -> list[str]:
+def content_problems(tar_path: Path, forbidden: list[str], build_paths: list[str], shipped: set[str] = frozenset()) -> list[str]:
     """What in the tarball the platform must not get: forbidden names (globs on every path part and
-    on the whole path), secrets in text, absolute paths of this machine, links leaving the bundle."""
+    on the whole path), secrets in text, absolute paths of this machine, links leaving the bundle.
+    `shipped`: member names the submission holds on purpose (the speculative-decoding draft's weights),
+    exempt from the forbidden names only."""
     problems = []
     needles = [p.encode() for p in build_paths if p and p != "/"]
     with tarfile.open(tar_path) as tar:
         for member in tar.getmembers():
             name = member.name
             parts = Path(name).parts
-            hit = next((g for g in forbidden for part in (*parts, name) if fnmatch.fnmatch(part, g)), None)
+            hit = None if name in shipped else next(
+                (g for g in forbidden for part in (*parts, name) if fnmatch.fnmatch(part, g)), None)
             if hit:
                 problems.append(f"{name} (matches {hit!r} of package.forbidden)")
                 continue
@@ -58,8 +63,8 @@ def content_problems(tar_path: Path, forbidden: list[str], build_paths: list[str
     return problems
 
 
-def check_contents(tar_path: Path, forbidden: list[str], build_paths: list[str]) -> None:
-    problems = content_problems(tar_path, forbidden, build_paths)
+def check_contents(tar_path: Path, forbidden: list[str], build_paths: list[str], shipped: set[str] = frozenset()) -> None:
+    problems = content_problems(tar_path, forbidden, build_paths, shipped)
     if problems:
         more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
         raise SoarError(f"the submission holds what the platform must not get: {'; '.join(problems[:3])}{more}",

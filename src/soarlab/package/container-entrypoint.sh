@@ -25,8 +25,17 @@ case "$engine" in
             --host "$SOARLAB_HOST" --port "$SOARLAB_PORT" $SGLANG_SERVER_ARGS "$@" ;;
     transformers)
         export PYTHONPATH="/submission/soarlab/src${PYTHONPATH:+:$PYTHONPATH}"
+        # The --speculative-* flags of SGLANG_SERVER_ARGS (flag, value), which the CPU launcher takes too.
+        speculative=(); value_next=0
+        for word in $SGLANG_SERVER_ARGS; do
+            case "$word" in
+                --speculative-*) speculative+=("$word"); value_next=1 ;;
+                --*) value_next=0 ;;
+                *) if [ "$value_next" = 1 ]; then speculative+=("$word"); fi; value_next=0 ;;
+            esac
+        done
         exec python3 -m soarlab.engines.transformers_serve serve "$SOARLAB_MODEL_OUTPUT" \
-            --host "$SOARLAB_HOST" --port "$SOARLAB_PORT" "$@" ;;
+            --host "$SOARLAB_HOST" --port "$SOARLAB_PORT" "${speculative[@]}" "$@" ;;
     *)
         echo "container: unknown engine $engine (sglang | transformers)" >&2; exit 2 ;;
 esac

@@ -4,10 +4,10 @@
 # exports below. Quantization dependencies are installed with `uv pip install`.
 # Set SOARLAB_SKIP_INSTALL=1 to skip the install (e.g. in an image that already has them).
 
-export SGLANG_SERVER_ARGS={{SGLANG_SERVER_ARGS}}
-
 _soarlab_here="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)"
 export SOARLAB_HOME="$_soarlab_here/soarlab"
+# The speculative-decoding draft, when one ships in the submission, is where the platform unpacked it.
+export SGLANG_SERVER_ARGS={{SGLANG_SERVER_ARGS}}{{DRAFT_FLAG}}
 
 _soarlab_install_deps() {
     local py

@@ -43,6 +43,9 @@ from soarlab.paths import project_root
 from soarlab.schema import ExternalEngine, SGLangEngine, SoarConfig
 
 SAFE_TOKEN = re.compile(r"^[A-Za-z0-9_./:=,+@%-]+$")
+DRAFT = "draft"  # the submission's folder holding the speculative-decoding draft
+# prepare_env.sh's addition to SGLANG_SERVER_ARGS when a draft ships ($_soarlab_here: where it was unpacked)
+DRAFT_FLAG = f'" --speculative-draft-model-path $_soarlab_here/{DRAFT}"'
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".pytest_cache")
 
 
@@ -57,9 +60,12 @@ def in_container(cfg: SoarConfig) -> bool:
 
 
 def server_args_string(cfg: SoarConfig) -> str:
+    """SGLANG_SERVER_ARGS: the engine's flags and the speculative ones, less the draft's path, which
+    prepare_env.sh adds where the platform unpacked the submission (DRAFT_FLAG)."""
+    from soarlab import speculative
     from soarlab.engines.sglang import server_flags
 
-    flags = server_flags(submission_engine(cfg), cfg.quant.serve_quantization)
+    flags = server_flags(submission_engine(cfg), cfg.quant.serve_quantization) + speculative.server_flags(cfg.spec, None)
     bad = [f for f in flags if not SAFE_TOKEN.match(f)]
     if bad:
         raise SoarError(
@@ -70,20 +76,29 @@ def server_args_string(cfg: SoarConfig) -> str:
 
 
 def copy_project(root: Path, dest: Path) -> None:
-    """The soarlab source the scripts run: src/soarlab (less the embedded tiny checkpoint: the platform
-    runs the real model, and a submission holds no weights), conf/, pyproject.toml."""
+    """The soarlab source the scripts run: src/soarlab (less the embedded tiny checkpoint and its draft: the
+    platform runs the real model, and the source holds no weights), conf/, pyproject.toml."""
     import soarlab
-    from soarlab.tiny import CHECKPOINT_DIR
+    from soarlab.tiny import CHECKPOINT_DIR, DRAFT_DIR
 
     source = root / "src" / "soarlab"
-    checkpoint = source / CHECKPOINT_DIR.relative_to(Path(soarlab.__file__).parent)
+    shipped = [source / folder.relative_to(Path(soarlab.__file__).parent) for folder in (CHECKPOINT_DIR, DRAFT_DIR)]
 
     def ignore(folder: str, names: list[str]) -> set[str]:
-        return set(IGNORE(folder, names)) | ({checkpoint.name} if Path(folder) == checkpoint.parent else set())
+        return set(IGNORE(folder, names)) | {s.name for s in shipped if Path(folder) == s.parent}
 
     copy_tree(source, dest / "src" / "soarlab", ignore=ignore)
     copy_tree(root / "conf", dest / "conf", ignore=IGNORE)
     shutil.copy2(root / "pyproject.toml", dest / "pyproject.toml")
+
+
+def copy_draft(draft_dir: Path, dest: Path) -> int:
+    """The speculative-decoding draft's files (fetch-draft's output) into the submission; their bytes."""
+    from soarlab.hub import validate_model_dir
+
+    validate_model_dir(draft_dir)
+    copy_tree(draft_dir, dest)
+    return sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
 
 
 def make_tarball(src_dir: Path, tar_path: Path) -> int:
@@ -148,18 +163,22 @@ def run(cfg: SoarConfig) -> Path:
     uv_extra = " ".join(shlex.quote(a) for a in pkg.uv_extra_args)
     checks.check_index_only(pkg.pip_packages, pkg.uv_extra_args)
 
+    from soarlab import speculative
+
+    ships_draft = speculative.needs_draft(cfg.spec)
     with atomic_dir(out) as tmp:
         sub = tmp / "submission"
         sub.mkdir()
         (sub / "prepare_env.sh").write_text(render("prepare_env.sh", {
-            "SGLANG_SERVER_ARGS": shlex.quote(server_args), "PIP_PACKAGES": packages,
-            "UV_EXTRA_ARGS": uv_extra, "SOARLAB_VERSION": version,
+            "SGLANG_SERVER_ARGS": shlex.quote(server_args), "DRAFT_FLAG": DRAFT_FLAG if ships_draft else "",
+            "PIP_PACKAGES": packages, "UV_EXTRA_ARGS": uv_extra, "SOARLAB_VERSION": version,
         }))
         (sub / "prepare_model.sh").write_text(render("prepare_model.sh", {
             "QUANT_PRESET": quant_preset, "MODEL": pkg.model, "SOARLAB_VERSION": version,
         }))
         (sub / "prepare_model.sh").chmod(0o755)
         copy_project(root, sub / "soarlab")
+        draft_bytes = copy_draft(root / cfg.paths.draft_model, sub / DRAFT) if ships_draft else 0
         quant_yaml = to_yaml(quant)
         (sub / "soarlab" / "conf" / "quant").mkdir(parents=True, exist_ok=True)
         (sub / "soarlab" / "conf" / "quant" / "submission.yaml").write_text(
@@ -172,8 +191,9 @@ def run(cfg: SoarConfig) -> Path:
         tar_path = tmp / "submission.tar.gz"
         size = make_tarball(sub, tar_path)
         limit = pkg.max_size_bytes
-        checks.check_size(size, limit)
-        checks.check_contents(tar_path, pkg.forbidden, [str(root), sys.prefix])
+        checks.check_size(size, limit, draft_bytes)
+        shipped = {f"{DRAFT}/{p.name}" for p in (sub / DRAFT).iterdir()} if ships_draft else set()
+        checks.check_contents(tar_path, pkg.forbidden, [str(root), sys.prefix], shipped)
 
         metrics = {"image_built": 0}
         write_json(tmp / "image.json", {"tag": None, "id": None})  # replaced by build_and_time when built
@@ -185,14 +205,16 @@ def run(cfg: SoarConfig) -> Path:
             metrics, why = build_and_time(cfg, tmp)
         n_files = sum(1 for p in sub.rglob("*") if p.is_file())
         write_json(tmp / "metrics.json", {
-            "tarball_bytes": size, "submission_files": n_files, "size_limit_bytes": limit, **metrics,
+            "tarball_bytes": size, "submission_files": n_files, "size_limit_bytes": limit, "draft_bytes": draft_bytes,
+            "draft_share_of_limit": round(draft_bytes / limit, 6), **metrics,
         })
         write_json(tmp / "summary.json", {
             "sglang_server_args": server_args, "quant_preset": quant_preset, "base_image": pkg.base_image,
             "image_tag": tag, "cpu_image_tag": pkg.cpu_image.tag, "build_image": mode,
             "image_built": bool(metrics["image_built"]), "image_status": why, "tarball": "submission.tar.gz",
         })
-    print(f"package: {out / 'submission.tar.gz'} ({size} bytes); SGLANG_SERVER_ARGS={server_args}; {why}")
+    draft = f", the draft {draft_bytes} bytes ({100 * draft_bytes / limit:.2f}% of the limit)" if ships_draft else ""
+    print(f"package: {out / 'submission.tar.gz'} ({size} bytes{draft}); SGLANG_SERVER_ARGS={server_args}; {why}")
     return out
 
 

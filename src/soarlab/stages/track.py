@@ -13,15 +13,16 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+from soarlab import speculative
 from soarlab.datasets.soar import file_sha256
 from soarlab.paths import project_root
 from soarlab.schema import SoarConfig
-from soarlab.tracking import memo
+from soarlab.tracking import lossless, memo
 from soarlab.tracking.durations import answer_reference_ahead
 from soarlab.tracking.pipeline_run import log_pipeline_run, run_with_inputs
 from soarlab.tracking.run_page import inputs_digest
-from soarlab.tracking.store import inputs_lock, tracking_uri
-from soarlab.tracking.tags import run_context
+from soarlab.tracking.store import inputs_lock, open_store, tracking_uri
+from soarlab.tracking.tags import ANSWERS_KEY_TAG, run_context
 
 
 def run(cfg: SoarConfig, params_file: str | Path = "params.yaml") -> None:
@@ -45,10 +46,19 @@ def run(cfg: SoarConfig, params_file: str | Path = "params.yaml") -> None:
     from soarlab.decide.calibration import log_predictions  # scipy: loaded only when a run is logged
 
     log_predictions(cfg, [run_id])
+    if speculative.enabled(cfg.spec):  # did speculative decoding change an answer?
+        print(lossless.describe(check_lossless(cfg, run_id, reports)))
     if speed_set_sha:  # what the next run's reference stage asks of the store just written
         answer_reference_ahead(cfg, speed_set_sha)
     memo.remember(cfg, "track", digest, run_id)
     print(f"MLflow run {run_id} logged to {tracking_uri(cfg)}; compare runs: {runs_table_url(cfg, run_id)}")
+
+
+def check_lossless(cfg: SoarConfig, run_id: str, reports: Path) -> dict:
+    """This run's answers against those of the same configuration with spec=none (soarlab.tracking.lossless)."""
+    client, experiment_id = open_store(cfg)
+    key = client.get_run(run_id).data.tags[ANSWERS_KEY_TAG]
+    return lossless.check(client, experiment_id, run_id, key, reports / "accuracy" / "predictions.jsonl")
 
 
 def runs_table_url(cfg: SoarConfig, run_id: str) -> str:

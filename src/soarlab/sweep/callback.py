@@ -8,6 +8,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from soarlab.sweep.record import SweepRecord, experiment_name, summary_table
+from soarlab.sweep.spec_gains import spec_gains_table
 from soarlab.tracking.store import tracking_uri
 from soarlab.tracking.tags import SWEEP_TRIAL_ENV
 
@@ -31,6 +32,10 @@ class SweepProgress(Callback):
         results = record.results()
         best = record.close(results)
         print(f"[sweep] {record.name}: {len(results)} trials, best first\n{summary_table(results)}", flush=True)
+        gains = spec_gains_table(results, dict(config.score.weights))
+        if gains:
+            print(f"[sweep] speculative decoding against spec=none, duration saved per level (+: faster):\n{gains}",
+                  flush=True)
         if best is None:
             print("[sweep] no trial passed the accuracy gate (C > 0); nothing to apply", flush=True)
         else:

@@ -101,6 +101,23 @@ def _training_pairs(tokenizer, qa_rows: Sequence[dict]) -> list[tuple[list[int],
     return pairs
 
 
+class DraftSpec(BaseModel):
+    """spec.yaml's `draft`: the speculative-decoding draft's shape and how it is distilled."""
+    model_config = ConfigDict(extra="forbid", strict=True)
+    seed: int
+    hidden_size: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    num_hidden_layers: int = Field(gt=0)
+    num_attention_heads: int = Field(gt=0)
+    num_key_value_heads: int = Field(gt=0)
+    prompts: int = Field(gt=0)
+    prompt_tokens: list[int] = Field(min_length=2, max_length=2)
+    continuation_tokens: int = Field(gt=0)
+    train_steps: int = Field(ge=0)
+    lr: float = Field(gt=0)
+    batch: int = Field(gt=0)
+
+
 class TinySpec(BaseModel):
     """spec.yaml: the checkpoint's shape and how it is trained."""
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -115,6 +132,7 @@ class TinySpec(BaseModel):
     train_steps: int = Field(ge=0)
     lr: float = Field(gt=0)
     batch: int = Field(gt=0)
+    draft: DraftSpec
 
 
 def load_spec(path: Path = SPEC_PATH, **changes) -> TinySpec:
@@ -123,7 +141,7 @@ def load_spec(path: Path = SPEC_PATH, **changes) -> TinySpec:
     return TinySpec(**{**yaml.safe_load(path.read_text()), **changes})
 
 
-def _train(model, pairs: list[tuple[list[int], int]], spec: TinySpec, pad_id: int) -> None:
+def _train(model, pairs: list[tuple[list[int], int]], spec: TinySpec | DraftSpec, pad_id: int) -> None:
     """Teach the answers (loss on answer tokens only): a few hundred CPU steps memorize them."""
     import torch
     from tqdm import tqdm
@@ -132,7 +150,7 @@ def _train(model, pairs: list[tuple[list[int], int]], spec: TinySpec, pad_id: in
     batch = spec.batch
     opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.0)
     model.train()
-    for _ in tqdm(range(spec.train_steps), desc="training tiny model", unit="step"):
+    for _ in tqdm(range(spec.train_steps), desc=f"training {type(model).__name__}", unit="step"):
         picked = [pairs[rng.randrange(len(pairs))] for _ in range(batch)]
         width = max(len(ids) for ids, _ in picked)
         ids = torch.full((batch, width), pad_id)
@@ -205,3 +223,58 @@ def _load_config(model_dir: Path):
     from transformers import AutoConfig
 
     return AutoConfig.from_pretrained(model_dir, trust_remote_code=True)
+
+
+def _target_continuations(target_dir: Path, spec: DraftSpec, qa_rows: Sequence[dict]) -> list[tuple[list[int], int]]:
+    """(token ids, prompt length) pairs: the target's greedy continuations of corpus slices (what bench asks
+    it, ignore_eos-style) and its answers to the correctness questions (what accuracy asks it)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(target_dir, trust_remote_code=True)
+    target = AutoModelForCausalLM.from_pretrained(target_dir, trust_remote_code=True).eval()
+    corpus = tokenizer(CORPUS_PATH.read_text(), add_special_tokens=False)["input_ids"]
+    rng = random.Random(spec.seed)
+    prompts = []
+    for _ in range(spec.prompts):
+        length = rng.randint(*spec.prompt_tokens)
+        start = rng.randrange(len(corpus) - length)
+        prompts.append(([tokenizer.bos_token_id] + corpus[start:start + length], spec.continuation_tokens, True))
+    for row in qa_rows:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": row["question"]}], tokenize=False,
+                                             add_generation_prompt=True, enable_thinking=True)
+        prompts.append((tokenizer(text, add_special_tokens=False)["input_ids"], spec.continuation_tokens, False))
+    pairs = []
+    with torch.no_grad():
+        for ids, n, exact in prompts:
+            out = target.generate(torch.tensor([ids]), max_new_tokens=n, min_new_tokens=n if exact else 0,
+                                  do_sample=False, pad_token_id=tokenizer.pad_token_id)
+            pairs.append((out[0].tolist(), len(ids)))
+    return pairs
+
+
+def build_tiny_draft(out_dir: str | Path, target_dir: Path, spec: DraftSpec, qa_rows: Sequence[dict] = ()) -> Path:
+    """Write the draft (a small LlamaForCausalLM sharing the target's tokenizer) to `out_dir`, atomically."""
+    import torch
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(spec.seed)
+    target_config = AutoConfig.from_pretrained(target_dir, trust_remote_code=True)
+    tokenizer = AutoTokenizer.from_pretrained(target_dir, trust_remote_code=True)
+    config = LlamaConfig(
+        vocab_size=target_config.vocab_size, hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_hidden_layers, num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads, max_position_embeddings=target_config.max_position_embeddings,
+        bos_token_id=target_config.bos_token_id, eos_token_id=target_config.eos_token_id,
+        pad_token_id=target_config.pad_token_id, tie_word_embeddings=False,
+    )
+    pairs = _target_continuations(Path(target_dir), spec, qa_rows)
+    with atomic_dir(out_dir) as tmp:
+        draft = LlamaForCausalLM(config)
+        if spec.train_steps:
+            _train(draft, [(ids, 1) for ids, _ in pairs], spec, tokenizer.pad_token_id)
+        draft.to(torch.bfloat16).save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
+                         pad_token_id=config.pad_token_id, do_sample=False).save_pretrained(tmp)
+    return Path(out_dir)

@@ -1,4 +1,4 @@
-"""Install the shipped tiny checkpoint, checked against its sha256 manifest."""
+"""Install the shipped tiny checkpoint (and its speculative-decoding draft), checked against their sha256 manifests."""
 
 from __future__ import annotations
 
@@ -10,9 +10,14 @@ from soarlab.atomic import atomic_dir
 from soarlab.errors import SoarError
 
 CHECKPOINT_DIR = Path(__file__).parent / "checkpoint"
+DRAFT_DIR = Path(__file__).parent / "draft"  # a small Llama draft for the tiny model (spec=standalone)
 MANIFEST = "SHA256SUMS"  # `sha256sum` format: "<hex>  <name>" per file, so `sha256sum -c` checks it too
-REGENERATE = ("restore it with `git checkout src/soarlab/tiny/checkpoint`, or regenerate it with "
-              "`python scripts/build_tiny_model.py` (then measure the README's accuracy table again)")
+
+
+def _regenerate(folder: Path) -> str:
+    flag = " --draft" if folder.name == DRAFT_DIR.name else ""
+    return (f"restore it with `git checkout src/soarlab/tiny/{folder.name}`, or regenerate it with "
+            f"`python scripts/build_tiny_model.py{flag}` (then measure the README's tables again)")
 
 
 def file_sha256(path: Path) -> str:
@@ -28,9 +33,9 @@ def write_manifest(folder: Path) -> Path:
 
 def verify_checkpoint(folder: Path = CHECKPOINT_DIR) -> list[str]:
     """The checkpoint's file names, each checked against SHA256SUMS; a missing, extra or changed file fails."""
-    manifest = folder / MANIFEST
+    manifest, what, fix = folder / MANIFEST, f"the embedded tiny {folder.name}", _regenerate(folder)
     if not manifest.is_file():
-        raise SoarError(f"the embedded tiny checkpoint has no {manifest}", REGENERATE)
+        raise SoarError(f"{what} has no {manifest}", fix)
     expected = {}  # name -> sha256
     for line in filter(str.strip, manifest.read_text().splitlines()):
         digest, name = line.split(maxsplit=1)
@@ -38,18 +43,17 @@ def verify_checkpoint(folder: Path = CHECKPOINT_DIR) -> list[str]:
     present = {p.name for p in folder.iterdir() if p.is_file() and p.name != MANIFEST}
     if present != set(expected):
         diff = sorted(present ^ set(expected))
-        raise SoarError(f"the embedded tiny checkpoint's files differ from {manifest}: {', '.join(diff)}", REGENERATE)
+        raise SoarError(f"{what}'s files differ from {manifest}: {', '.join(diff)}", fix)
     changed = sorted(name for name, digest in expected.items() if file_sha256(folder / name) != digest)
     if changed:
-        raise SoarError(f"the embedded tiny checkpoint's {', '.join(changed)} do not match their sha256 in {manifest}",
-                        REGENERATE)
+        raise SoarError(f"{what}'s {', '.join(changed)} do not match their sha256 in {manifest}", fix)
     return sorted(expected)
 
 
-def install_tiny_model(target: Path) -> Path:
-    """Copy the checked checkpoint to `target` (atomically): the same bytes on every machine."""
-    names = verify_checkpoint()
+def install_tiny_model(target: Path, folder: Path = CHECKPOINT_DIR) -> Path:
+    """Copy the checked checkpoint (or draft) to `target` (atomically): the same bytes on every machine."""
+    names = verify_checkpoint(folder)
     with atomic_dir(target) as tmp:
         for name in names:
-            shutil.copyfile(CHECKPOINT_DIR / name, tmp / name)
+            shutil.copyfile(folder / name, tmp / name)
     return Path(target)

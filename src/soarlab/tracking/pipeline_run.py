@@ -11,14 +11,16 @@ from pathlib import Path
 from typing import Iterator
 
 from soarlab.atomic import is_temp_output
-from soarlab.config import params_data
+from soarlab.config import flatten, params_data
+from soarlab.datasets.soar import file_sha256
 from soarlab.domain import LEVELS
 from soarlab.schema import SoarConfig
 from soarlab.tracking import run_page
+from soarlab.tracking.lossless import answers_key
 from soarlab.tracking.params import run_name, run_params
 from soarlab.tracking.stage_times import pipeline_start_ms
 from soarlab.tracking.store import open_store
-from soarlab.tracking.tags import recipe_markdown, run_tags
+from soarlab.tracking.tags import ANSWERS_KEY_TAG, recipe_markdown, run_tags
 
 
 def _report_metrics(reports: Path) -> Iterator[tuple[str, float]]:
@@ -56,7 +58,11 @@ def log_pipeline_run(cfg: SoarConfig, reports: Path, params_file: Path, speed_se
     root = params_file.parent if root is None else root
     tags = {**run_tags(cfg, speed_set_sha), **({run_page.INPUTS_DIGEST_TAG: inputs_digest} if inputs_digest else {})}
     tags["mlflow.note.content"] = recipe_markdown(tags)
-    params = run_params(params_data(params_file))  # as written: `0`, not the typed `0.0`
+    config = params_data(params_file)  # as written: `0`, not the typed `0.0`
+    correctness = root / cfg.paths.data / "correctness.jsonl"
+    tags[ANSWERS_KEY_TAG] = answers_key(flatten(config), cfg.decide.incidental_params,
+                                        file_sha256(correctness) if correctness.is_file() else "")
+    params = run_params(config)
     run = client.create_run(
         experiment_id, start_time=pipeline_start_ms(reports), run_name=run_name(cfg, params), tags=tags
     )

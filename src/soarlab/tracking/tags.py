@@ -21,6 +21,8 @@ SWEEP_TRIAL_ENV = {
 COMPARE_ENV = "SOARLAB_COMPARE"
 MACHINE_TAG = "soarlab.machine"  # the host a run was measured on
 SPEED_SET_TAG = "soarlab.speed_set_sha"  # the content digest of the speed set the run was measured on
+SPEC_TAG = "soarlab.spec"  # the run's speculative-decoding preset (spec.name)
+ANSWERS_KEY_TAG = "soarlab.answers_key"  # the digest of what decides its answers (soarlab.tracking.lossless)
 PRUNED_TAG = "soarlab.pruned"  # why a pruning sweep stopped the trial (set by soarlab.sweep.record)
 
 
@@ -49,6 +51,7 @@ def run_tags(cfg: SoarConfig, speed_set_sha: str) -> dict[str, str]:
         "soarlab.model": cfg.model.name,
         "soarlab.quant": cfg.quant.name,
         "soarlab.engine": cfg.engine.name,
+        SPEC_TAG: cfg.spec.name,
         SPEED_SET_TAG: speed_set_sha,
         # Between-run noise is a property of the machine (soarlab.decide.noise keeps a record per machine).
         MACHINE_TAG: platform.node(),
