@@ -192,7 +192,8 @@ def run(cfg: SoarConfig) -> Path:
             "image_tag": tag, "cpu_image_tag": pkg.cpu_image.tag, "build_image": mode,
             "image_built": bool(metrics["image_built"]), "image_status": why, "tarball": "submission.tar.gz",
         })
-    print(f"package: {out / 'submission.tar.gz'} ({size} bytes); SGLANG_SERVER_ARGS={server_args}; {why}")
+    # SGLANG_SERVER_ARGS are in summary.json: on a line of their own they would run past a terminal's width
+    print(f"package: {cfg.paths.reports}/package/submission.tar.gz ({size} bytes; SGLANG_SERVER_ARGS in summary.json); {why}")
     return out
 
 
