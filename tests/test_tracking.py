@@ -52,6 +52,10 @@ def test_one_run_with_params_metrics_artifacts_and_tags(project, monkeypatch):
     artifacts = {a.path for a in client.list_artifacts(run_id, "reports/bench")}
     assert {"reports/bench/S1.jsonl", "reports/bench/metrics.json"} <= artifacts
     assert (root / "mlartifacts").is_dir()
+    # the runs table at the link track prints shows the score's columns, each one a metric the run has
+    view = json.loads(client.get_experiment(run.info.experiment_id).tags["mlflow.sharedViewState.soarlab-scores"])
+    shown = [column.removeprefix("metrics.`").removesuffix("`") for column in view["selectedColumns"]]
+    assert shown[:2] == ["score.final", "score.C"] and view["orderByKey"] == "metrics.`score.final`"
 
 
 def test_recorded_durations_filter_by_model_and_speed_set(project):
@@ -90,6 +94,7 @@ def test_run_name_shows_the_flag_two_sweep_trials_differ_in():
     assert name("quant=none", "engine=sglang", "+engine.server_args.kv-cache-dtype=fp8_e4m3") == \
         "none · engine=sglang, engine.server_args.kv-cache-dtype=fp8_e4m3"
     assert name("engine=external", "engine.url=http://gpu-box:30000") == "gptq_w4_mixed · engine=external"  # incidental
+    assert name("bench.rerun=compare-1a2b3c4d-A2") == "gptq_w4_mixed · rerun A2"  # compare --rerun: twins apart
 
 
 @pytest.fixture

@@ -124,4 +124,4 @@ def server_metrics_lines(report: LevelReport, said: set[str] | None = None) -> l
         return lines + [f"{report.level} skipped: {why}" for why in skipped]
     new = [why for why in dict.fromkeys(skipped) if why not in said]
     said.update(new)
-    return lines + [f"not sampled in this run: {why}" for why in new]
+    return lines + [f"all levels skipped: {why}" for why in new]
