@@ -61,10 +61,6 @@ def test_dvc_repro_runs_every_stage_and_logs_one_run(project):
     assert {"score.final", "bench.S1_duration_s", "accuracy.ori_accuracy"} <= set(run.data.metrics)
     assert run.data.tags["git.commit"]
     assert client.list_artifacts(run.info.run_id, "reports")
-    # the runs table at track's link shows final, C, ori and the three durations: metrics this run has
-    view = json.loads(client.get_experiment(run.info.experiment_id).tags["mlflow.sharedViewState.soarlab-scores"])
-    shown = {column.removeprefix("metrics.`").removesuffix("`") for column in view["selectedColumns"]}
-    assert len(shown) == 6 and shown <= set(run.data.metrics), shown
 
 
 def test_exp_run_with_another_quant_skips_fetch_and_logs_a_second_run(project):

@@ -20,7 +20,7 @@ from soarlab.schema import SoarConfig
 from soarlab.tracking import memo
 from soarlab.tracking.durations import answer_reference_ahead
 from soarlab.tracking.pipeline_run import log_pipeline_run, rescore_run, run_with_inputs
-from soarlab.tracking.run_page import SCORES_VIEW, inputs_digest
+from soarlab.tracking.run_page import inputs_digest
 from soarlab.tracking.store import inputs_lock, sqlite_file, tracking_uri
 from soarlab.tracking.tags import run_context
 
@@ -61,12 +61,11 @@ def run(cfg: SoarConfig, params_file: str | Path = "params.yaml") -> None:
 
 def runs_table_url(cfg: SoarConfig, run_id: str) -> str:
     """Where the MLflow UI shows this run's experiment as a runs table (MLflow 3 opens on its GenAI
-    pages otherwise) with the score's columns (run_page.SCORES_VIEW), with the command that serves a
-    local store."""
+    pages otherwise), with the command that serves a local store."""
     import mlflow
 
     experiment_id = mlflow.MlflowClient(tracking_uri(cfg)).get_run(run_id).info.experiment_id
-    page = f"#/experiments/{experiment_id}?workflowType=machine_learning&viewStateShareKey={SCORES_VIEW}"
+    page = f"#/experiments/{experiment_id}?workflowType=machine_learning"
     uri = tracking_uri(cfg)
     if uri.startswith(("http://", "https://")):
         return f"{uri.rstrip('/')}/{page}"

@@ -86,7 +86,6 @@ def log_pipeline_run(cfg: SoarConfig, reports: Path, params_file: Path, speed_se
         experiment_id, start_time=pipeline_start_ms(reports), run_name=run_name(cfg, params), tags=tags
     )
     run_id = run.info.run_id
-    run_page.show_scores(client, experiment_id)
     try:
         now_ms = int(time.time() * 1000)
         metrics = [Metric(k, v, now_ms, 0) for k, v in _report_metrics(reports)]

@@ -22,11 +22,6 @@ from soarlab.tracking.store import STAMP_REPORT
 from soarlab.tracking.tags import reproduction_steps
 
 INPUTS_DIGEST_TAG = "soarlab.inputs_digest"
-# The score at a glance. MLflow 3.17's runs table starts every metric and param column hidden and shows
-# those in its selected columns, which it keeps in the browser; a page opened with `viewStateShareKey=KEY`
-# takes them (and the sort) from the experiment tag `mlflow.sharedViewState.KEY` instead.
-SCORES_VIEW = "soarlab-scores"
-SCORE_COLUMNS = ("final", "C", "ori_accuracy", "S1_duration_s", "S8_duration_s", "Smax_duration_s")  # of score.json
 # MLflow stores a dataset digest in 36 characters; the full sha256 goes into the dataset's profile.
 _DIGEST_CHARS = 32
 
@@ -51,13 +46,6 @@ def inputs_digest(reports: Path, params_file: Path, context: dict[str, str]) -> 
     for path in sorted(p for p in reports.rglob("*") if p.is_file() and not is_skipped(p)):
         digest.update(str(path.relative_to(reports)).encode() + b"\0" + file_sha256(path).encode())
     return digest.hexdigest()
-
-
-def show_scores(client, experiment_id: str) -> None:
-    """The experiment's SCORES_VIEW: the runs table with the score's columns, best first."""
-    state = {"selectedColumns": [f"metrics.`score.{key}`" for key in SCORE_COLUMNS],
-             "orderByKey": "metrics.`score.final`", "orderByAsc": False}
-    client.set_experiment_tag(experiment_id, f"mlflow.sharedViewState.{SCORES_VIEW}", json.dumps(state))
 
 
 def dataset_inputs(cfg: SoarConfig, data_dir: Path) -> list:
