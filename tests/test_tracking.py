@@ -90,6 +90,7 @@ def test_run_name_shows_the_flag_two_sweep_trials_differ_in():
     assert name("quant=none", "engine=sglang", "+engine.server_args.kv-cache-dtype=fp8_e4m3") == \
         "none · engine=sglang, engine.server_args.kv-cache-dtype=fp8_e4m3"
     assert name("engine=external", "engine.url=http://gpu-box:30000") == "gptq_w4_mixed · engine=external"  # incidental
+    assert name("bench.rerun=compare-1a2b3c4d-A2") == "gptq_w4_mixed · rerun A2"  # compare --rerun: twins apart
 
 
 @pytest.fixture
@@ -143,6 +144,27 @@ def test_track_params_file_is_the_config_its_digest_and_artifact_come_from(track
     client = mlflow.MlflowClient(f"sqlite:///{track_project / 'mlflow.db'}")
     second_run = next(r for r in runs if r.data.params["eval.seed"] == "4321")
     assert "other.yaml" in {a.path for a in client.list_artifacts(second_run.info.run_id)}
+
+
+def test_a_restored_measurement_gets_its_new_score_not_a_second_run(track_project):
+    """DVC restores every stage of a configuration measured before from its run cache, but another run
+    changed the reference since, so score.json differs (issue 37: the leaderboard and the noise record
+    counted the one measurement twice). track updates that run's score and says so; no second run."""
+    client = mlflow.MlflowClient(f"sqlite:///{track_project / 'mlflow.db'}")
+    first = track(track_project)
+    assert first.communicate(timeout=600) and first.returncode == 0
+    score = track_project / "reports" / "score.json"
+    write_json(score, {"final": 42.25, "C": 1.0, "invalid_levels": []})  # what score writes against a faster reference
+    again = track(track_project)
+    out = again.communicate(timeout=600)[0]
+    assert again.returncode == 0 and "restored from DVC's run cache" in out and "99.5 -> 42.25" in out, out
+    (run,) = logged_runs(track_project)
+    assert run.data.metrics["score.final"] == 42.25
+    logged_score = client.download_artifacts(run.info.run_id, "reports/score.json", str(track_project / "dl"))
+    assert json.loads(open(logged_score).read())["final"] == 42.25
+    unchanged = track(track_project)
+    assert "already holds these inputs" in unchanged.communicate(timeout=600)[0]
+    assert len(logged_runs(track_project)) == 1
 
 
 def stage_probe(root, stage: str) -> str:

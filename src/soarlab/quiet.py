@@ -1,4 +1,5 @@
-"""Known-harmless library warnings, dropped one message at a time so that the lines that matter show.
+"""Known-harmless library messages, dropped one at a time so that the lines that matter show, and
+progress bars on a terminal only.
 
 `drop(logger, pattern, why)` filters only records of that logger whose message matches `pattern`;
 every other warning of the same library still shows. Each call site says why its message is harmless.
@@ -7,7 +8,9 @@ every other warning of the same library still shows. Each call site says why its
 from __future__ import annotations
 
 import logging
+import os
 import re
+import sys
 
 
 class _DropMessage(logging.Filter):
@@ -27,9 +30,20 @@ def drop(logger: str, pattern: str, why: str) -> None:
         target.addFilter(_DropMessage(pattern, why))
 
 
+def progress_bars_on_a_terminal_only() -> None:
+    """tqdm's bars (ours, transformers', lm-eval's) redraw a line many times a second: on a terminal that
+    is one line, in a log file (CI, `dvc repro > log`) hundreds. Without a terminal on stderr they are
+    off, through the variables tqdm and huggingface_hub read (inherited by the servers a stage starts);
+    a value the user set wins."""
+    if not sys.stderr.isatty():
+        os.environ.setdefault("TQDM_DISABLE", "1")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
 def install() -> None:
     """The filters for what any soarlab process meets; called at process start (`soarlab` and the
     transformers serve launcher), before anything imports torch."""
+    progress_bars_on_a_terminal_only()
     # torchao, imported by transformers and GPTQModel, logs these on import:
     drop("torchao", r"^Failed to load .*_C_(mxfp8|cutlass_90a)\b",
          "CUDA-only kernels (MX fp8, Hopper cutlass) that a CPU build cannot load; nothing here calls them")
@@ -38,3 +52,8 @@ def install() -> None:
     drop("transformers.configuration_utils", r"model of type `minicpm_sala` to instantiate a model of type ``",
          "AutoTokenizer on a quantized checkpoint (no auto_map.AutoConfig, RULES.md 7) falls back to the base "
          "config class only to look for a tokenizer class; tokenizer_config.json names it")
+    drop("lm_eval.config.task", r"No `generation_kwargs` specified in task config",
+         "the correctness task's generation settings come from conf/eval through simple_evaluate(gen_kwargs=...), "
+         "which overrides the defaults this names (soarlab.accuracy.runner)")
+    drop("mlflow.store.db.utils", r"^(Creating initial MLflow database tables|Updating database tables)",
+         "a new local store being made (the first run's track stage); nothing for the user to do")

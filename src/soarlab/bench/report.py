@@ -111,8 +111,11 @@ def print_level(report: LevelReport, output_dir) -> None:
         print(line)
 
 
-def server_metrics_lines(report: LevelReport) -> list[str]:
-    """What the server reported during the level, and what could not be sampled (soarlab.bench.server_metrics)."""
+def server_metrics_lines(report: LevelReport, said: set[str] | None = None) -> list[str]:
+    """What the server reported during the level, and what could not be sampled (soarlab.bench.server_metrics).
+    `said`: the reasons this run already gave, for a run of several levels: a source that does not exist
+    here (NVML on a CPU, /metrics of transformers serve) is missing at every level, so it is said once,
+    for the run, and added to `said`."""
     sampled = report.server_metrics.get("prometheus") or {}
     lines = [f"{report.level} server: " + ", ".join(f"{k} mean {v['mean']:.2f} max {v['max']:.2f}" for k, v in sampled.items())] \
         if sampled else []
@@ -120,4 +123,9 @@ def server_metrics_lines(report: LevelReport) -> list[str]:
     if spec:
         rate = "" if spec["accept_rate"] is None else f", {100 * spec['accept_rate']:.0f}% of drafted tokens accepted"
         lines.append(f"{report.level} speculative decoding: {spec['accept_length']:.2f} tokens per verification{rate}")
-    return lines + [f"{report.level} skipped: {why}" for why in report.server_metrics.get("skipped") or []]
+    skipped = report.server_metrics.get("skipped") or []
+    if said is None:
+        return lines + [f"{report.level} skipped: {why}" for why in skipped]
+    new = [why for why in dict.fromkeys(skipped) if why not in said]
+    said.update(new)
+    return lines + [f"all levels skipped: {why}" for why in new]

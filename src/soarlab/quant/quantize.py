@@ -98,6 +98,30 @@ def _fix_config(out_dir: Path, base_config: dict, qcfg: QuantGroup) -> None:
         qpath.write_text(json.dumps(q, indent=2) + "\n")
 
 
+@contextlib.contextmanager
+def _output_into(log: Path | None):
+    """This process's stdout and stderr, at the file descriptors, appended to `log` (None: left alone).
+    GPTQModel prints its banner at import, and its INFO lines, progress bars, per-layer tables, the
+    saved config and generation_config dumps, and the JIT compiler's output through its own writers
+    and child processes: only the descriptors catch them all."""
+    if log is None:
+        yield
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush(), sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    try:
+        with open(log, "ab") as fh:
+            os.dup2(fh.fileno(), 1), os.dup2(fh.fileno(), 2)
+            try:
+                yield
+            finally:
+                sys.stdout.flush(), sys.stderr.flush()
+                os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+    finally:
+        os.close(saved[0]), os.close(saved[1])
+
+
 def _gptq(input_dir: Path, out_dir: Path, qcfg: QuantGroup, plan, cal: Calibration, samples: list[dict]) -> list[dict]:
     """GPTQModel's quantize and save into out_dir; returns its per-module log (the checkpoint keeps none)."""
     os.environ.setdefault("GPTQMODEL_CPU_WORKERS", str(qcfg.cpu_numerics.threads))  # GPTQModel on CPU needs it
@@ -151,8 +175,8 @@ def _gptqmodel_logs_elsewhere(beside: Path):
     regions) and writes the module rows into ./logs of whatever folder it runs in (the project root,
     under DVC). The report keeps the module numbers (`gptq_log`, from quant_log.csv) and our own
     timings, so neither table is printed and the files go to a scratch folder beside the output,
-    removed afterwards (and by the next run, if this one is killed); its progress bars, warnings and
-    errors still show."""
+    removed afterwards (and by the next run, if this one is killed); the rest of its output goes where
+    _output_into sends it."""
     from gptqmodel.looper import loop_processor
     from gptqmodel.utils.logger import QuantizationRegionTimer
 
@@ -198,10 +222,12 @@ def _refuse_bad_output(model_dir: Path, qcfg: QuantGroup) -> None:
                         "see `soarlab check-checkpoint` on a kept copy; fix the preset in conf/quant/")
 
 
-def _quantize_into(tmp: Path, input_dir: Path, qcfg: QuantGroup, plan, cal: Calibration, samples: list) -> list[dict]:
+def _quantize_into(tmp: Path, input_dir: Path, qcfg: QuantGroup, plan, cal: Calibration, samples: list,
+                   log: Path | None) -> list[dict]:
     """Write the quantized (or, for method none, linked) weights into `tmp`; GPTQModel's per-module log."""
     if qcfg.method != "none":
-        return _gptq(input_dir, tmp, qcfg, plan, cal, samples)
+        with _output_into(log):
+            return _gptq(input_dir, tmp, qcfg, plan, cal, samples)
     for f in sorted(input_dir.iterdir()):
         if f.is_file() and f.name != "config.json":
             _link_or_copy(f, tmp / f.name)
@@ -209,8 +235,9 @@ def _quantize_into(tmp: Path, input_dir: Path, qcfg: QuantGroup, plan, cal: Cali
 
 
 def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg: QuantGroup, model_name: str | None = None,
-                        root: Path | None = None) -> dict:
-    """Quantize `input_dir` into `output_dir` (atomically). Returns the report (dict)."""
+                        root: Path | None = None, library_log: Path | None = None) -> dict:
+    """Quantize `input_dir` into `output_dir` (atomically). Returns the report (dict). `library_log`: where
+    GPTQModel's own output goes (None: this process's stdout and stderr)."""
     t_start = time.perf_counter()
     input_dir, output_dir = Path(input_dir).resolve(), Path(output_dir).resolve()
     base_config = _refuse_bad_inputs(input_dir, output_dir, qcfg)  # before transformers loads torch: a bad model fails fast
@@ -233,7 +260,7 @@ def quantize_checkpoint(input_dir: str | Path, output_dir: str | Path, qcfg: Qua
     timings: dict[str, float] = {}
     with atomic_dir(output_dir) as tmp:
         t0 = time.perf_counter()
-        gptq_log = _quantize_into(tmp, input_dir, qcfg, plan, cal, samples)
+        gptq_log = _quantize_into(tmp, input_dir, qcfg, plan, cal, samples, library_log)
         timings["quantize"] = time.perf_counter() - t0
         copied = _copy_side_files(input_dir, tmp)
         _fix_config(tmp, base_config, qcfg)

@@ -48,6 +48,7 @@ def run(cfg: SoarConfig, server=None, checkpoints=None) -> None:
     tokenizer = load_tokenizer(str(model_dir))
     requests, info = prepare(dataset, tokenizer, bench)
     out = Path(cfg.paths.reports) / "bench"
+    said: set[str] = set()  # what could not be sampled, said once for the run (server_metrics_lines)
     with atomic_dir(out) as tmp:
         try:
             with contextlib.nullcontext(server) if server else \
@@ -58,7 +59,7 @@ def run(cfg: SoarConfig, server=None, checkpoints=None) -> None:
                     write_level(tmp, report, rows)
                     state = f"{report.duration_s:.2f} s" if report.valid else "INVALID: " + " | ".join(report.invalid_reasons)
                     print(f"bench {level}: {state}")
-                    for line in server_metrics_lines(report):
+                    for line in server_metrics_lines(report, said):
                         print(f"bench {line}")
                     if checkpoints:
                         checkpoints.after_level(level)

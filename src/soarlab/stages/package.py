@@ -213,8 +213,10 @@ def run(cfg: SoarConfig) -> Path:
             "image_tag": tag, "cpu_image_tag": pkg.cpu_image.tag, "build_image": mode,
             "image_built": bool(metrics["image_built"]), "image_status": why, "tarball": "submission.tar.gz",
         })
-    draft = f", the draft {draft_bytes} bytes ({100 * draft_bytes / limit:.2f}% of the limit)" if ships_draft else ""
-    print(f"package: {out / 'submission.tar.gz'} ({size} bytes{draft}); SGLANG_SERVER_ARGS={server_args}; {why}")
+    # SGLANG_SERVER_ARGS are in summary.json: on a line of their own they would run past a terminal's width
+    draft = f", the draft {draft_bytes} ({100 * draft_bytes / limit:.2f}% of the limit)" if ships_draft else ""
+    print(f"package: {cfg.paths.reports}/package/submission.tar.gz ({size} bytes{draft}; SGLANG_SERVER_ARGS in "
+          f"summary.json); {why}")
     return out
 
 

@@ -55,5 +55,6 @@ def run(cfg: SoarConfig) -> None:
         best = best_durations(_read(reports / "reference.json"), durations)
         score = final_score(durations, best, accuracy["ori_accuracy"], cfg.model.baseline_accuracy, cfg.score)
         result = {**score, **base, **{f"{level}_best_s": best[level] for level in LEVELS}, "valid": 1}
-        print(json.dumps(score))
+        print(f"score: final {score['final']} (C {score['C']}, ori {score['ori_accuracy']}; "
+              + ", ".join(f"{level} {score[level]}" for level in LEVELS) + ")")
     write_json(reports / "score.json", result)

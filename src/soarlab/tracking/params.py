@@ -55,7 +55,9 @@ def overrides_of(params: dict[str, str], incidental) -> list[str]:
 
 def run_name(cfg: SoarConfig, params: dict[str, str]) -> str:
     """'gptq_w4', 'none', 'gptq_w4 · engine=sglang, engine.server_args.kv-cache-dtype=fp8_e4m3': the preset
-    and what changed (incidental keys left out)."""
+    and what changed (incidental keys left out), and which rerun of a compare it is ('gptq_w4 · rerun A2')."""
     rest = [d for d in overrides_of(params, cfg.decide.incidental_params) if not d.startswith("quant=")]
+    if cfg.bench.rerun:  # `soarlab compare --rerun`: compare-<id>-A2 is rerun A2, apart from its twins
+        rest.append(f"rerun {cfg.bench.rerun.rsplit('-', 1)[-1]}")
     name = cfg.quant.name + (" · " + ", ".join(rest) if rest else "")
     return name if len(name) <= 250 else name[:249] + "…"

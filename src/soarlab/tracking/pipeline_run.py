@@ -23,17 +23,22 @@ from soarlab.tracking.store import open_store
 from soarlab.tracking.tags import ANSWERS_KEY_TAG, recipe_markdown, run_tags
 
 
+def _numbers(path: Path, prefix: str) -> Iterator[tuple[str, float]]:
+    """The numbers of a flat JSON report as `prefix.key` metrics."""
+    for key, value in json.loads(path.read_text()).items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            yield f"{prefix}.{key}", float(value)
+
+
+def _score_metrics(reports: Path) -> dict[str, float]:
+    score = reports / "score.json"
+    return dict(_numbers(score, "score")) if score.is_file() else {}
+
+
 def _report_metrics(reports: Path) -> Iterator[tuple[str, float]]:
     for path in sorted(reports.rglob("metrics.json")):
-        prefix = ".".join(path.parent.relative_to(reports).parts)
-        for key, value in json.loads(path.read_text()).items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                yield f"{prefix}.{key}", float(value)
-    score = reports / "score.json"
-    if score.is_file():
-        for key, value in json.loads(score.read_text()).items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                yield f"score.{key}", float(value)
+        yield from _numbers(path, ".".join(path.parent.relative_to(reports).parts))
+    yield from _score_metrics(reports).items()
 
 
 def _in_temp_output(path: Path, reports: Path) -> bool:
@@ -46,6 +51,26 @@ def run_with_inputs(cfg: SoarConfig, digest: str) -> str | None:
     client, experiment_id = open_store(cfg)
     found = client.search_runs([experiment_id], filter_string=f"tags.`{run_page.INPUTS_DIGEST_TAG}` = '{digest}'", max_results=1)
     return found[0].info.run_id if found else None
+
+
+def rescore_run(cfg: SoarConfig, run_id: str, reports: Path) -> tuple[float | None, float | None] | None:
+    """Give the run that holds this measurement (run_with_inputs; every stage restored from DVC's run
+    cache) the score of reports/score.json, against the reference as it is now: its `score.*` metrics
+    (a later value at the same step: MLflow shows the latest) and the score and reference reports.
+    (final before, final now) when the score changed, else None (nothing re-ran)."""
+    from mlflow.entities import Metric
+
+    client, _ = open_store(cfg)
+    logged = client.get_run(run_id).data.metrics
+    changed = {k: v for k, v in _score_metrics(reports).items() if logged.get(k) != v}
+    if not changed:
+        return None
+    now_ms = int(time.time() * 1000)
+    client.log_batch(run_id, metrics=[Metric(k, v, now_ms, 0) for k, v in changed.items()])
+    for name in ("score.json", "reference.json"):
+        if (reports / name).is_file():
+            client.log_artifact(run_id, str(reports / name), artifact_path=reports.name)
+    return logged.get("score.final"), changed.get("score.final", logged.get("score.final"))
 
 
 def log_pipeline_run(cfg: SoarConfig, reports: Path, params_file: Path, speed_set_sha: str = "", inputs_digest: str = "",

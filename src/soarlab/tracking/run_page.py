@@ -27,15 +27,17 @@ _DIGEST_CHARS = 32
 
 
 def inputs_digest(reports: Path, params_file: Path, context: dict[str, str]) -> str:
-    """sha256 over the config and every report a stage wrote: equal when nothing re-ran. Left out: logs,
-    the store's stamp (store.STAMP_REPORT: every logged run changes it), and reference.json, which the
-    reference stage rewrites when the store changed (its count of recorded runs grows with every run);
-    what it changes that matters, the best durations, shows in score.json.
+    """sha256 over the config and every report of the measurement: equal when nothing re-ran, and when
+    DVC restored every stage from its run cache (a configuration measured before). Left out: logs, the
+    store's stamp (store.STAMP_REPORT: every logged run changes it), reference.json, which the reference
+    stage rewrites when the store changed (its count of recorded runs grows with every run), and
+    score.json, the measurement scored against that reference: a run that holds the measurement gets
+    the new score (pipeline_run.rescore_run), not a second run.
     `context`: the sweep trial it is (tracking.tags.run_context): a trial is its own run, a child of its
     sweep's, even where its results equal an earlier run's (all its stages came from DVC's cache)."""
     digest = hashlib.sha256(params_file.read_bytes())
     digest.update(json.dumps(context, sort_keys=True).encode())
-    skipped = {("logs",), ("reference.json",), STAMP_REPORT}  # path parts under reports/
+    skipped = {("logs",), ("reference.json",), ("score.json",), STAMP_REPORT}  # path parts under reports/
 
     def is_skipped(path: Path) -> bool:
         parts = path.relative_to(reports).parts
