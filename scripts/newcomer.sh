@@ -7,9 +7,9 @@
 #   sudo bash scripts/newcomer.sh            # as root, on a Debian host with podman and mmdebstrap
 #                                            # (bash scripts/setup.sh installs both); ~23 min on 2 cores
 #
-# What may come from the host, as the image build takes it: the package-index settings (pip's config,
-# the folders its find-links and file:// indexes name, apt's sources), the CA bundle and pip's cache.
-# Nothing of the project's state does: no venv, DVC cache, installed packages or models.
+# What may come from the host, as a newcomer's machine has them: the package-index settings (pip's config,
+# the folders its find-links and file:// indexes name, apt's sources) and the CA bundle. Nothing else
+# does: pip's cache starts empty, and there is no venv, DVC cache, installed package or model.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BASE=${NEWCOMER_BASE:-localhost/debian-base:bookworm}
@@ -67,13 +67,12 @@ pip_local_paths() {
 start_box() {
     local mounts=(-v "$WORK/soarlab:/home/newcomer/soarlab" -v "$WORK/tests:/home/newcomer/tests") path var
     # The machine's package-index settings as pip and uv read them: config files (the user's too), the
-    # local folders they name, PIP_*/UV_* variables; its CA bundle; pip's cache.
+    # local folders they name, PIP_*/UV_* variables; its CA bundle. Not pip's cache: a newcomer has none.
     for path in /etc/pip.conf /etc/xdg/pip /etc/ssl/certs $(pip_local_paths); do
         [ -e "$path" ] && mounts+=(-v "$path:$path:ro")
     done
     path=${XDG_CONFIG_HOME:-$HOME/.config}/pip
     [ -d "$path" ] && mounts+=(-v "$path:/root/.config/pip:ro")
-    mkdir -p "$HOME/.cache/pip" && mounts+=(-v "$HOME/.cache/pip:/root/.cache/pip")
     for var in $(compgen -e | grep -E '^(PIP|UV)_'); do mounts+=(-e "$var=${!var}"); done
     for var in SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE; do  # uv, like curl, reads SSL_CERT_FILE
         [ -n "${!var:-}" ] && mounts+=(-e "$var=${!var}")

@@ -59,7 +59,8 @@ def test_killed_runs_temp_outputs_are_listed_untracked_and_removed(project, tmp_
     (project / "reports" / "score.json").write_text('{"final": 1.0}\n')
     live = project / "reports" / f".bench.{os.getpid()}-live.tmp"  # a running writer's: never touched
     live.mkdir()
-    paths = Paths(reports="reports", data="data", base_model="models/base", quantized_model="models/quantized")
+    paths = Paths(reports="reports", data="data", base_model="models/base", quantized_model="models/quantized",
+                  draft_model="models/draft")
     assert atomic.project_temp_outputs(project, paths) == sorted([bench_tmp, model_tmp])
 
     # doctor names them with the command that removes them

@@ -59,8 +59,9 @@ rm -rf "$WORK/project" && mkdir -p "$WORK/project"
 (cd "$SRC" && tar cf - --exclude=./.git --exclude=./.venv --exclude=./.gpu --exclude=./gpu-results .) | tar xf - -C "$WORK/project"
 cd "$WORK/project"
 rm -rf .git models data reports sweeps mlflow.db mlartifacts
-if [ -n "${SPEC:-}" ]; then
-  PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$HERE/spec_models.py" "$MODEL" "$WORK/small_llama_draft"
+if [ -n "${SPEC:-}" ]; then  # trained once: a pair already in WORK (an earlier step's) is kept
+  [ -f "$WORK/small_llama_draft/config.json" ] ||
+    PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$HERE/spec_models.py" "$MODEL" "$WORK/small_llama_draft"
 else
   PYTHONPATH="$HERE:$PWD/src${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c \
     "import sys; from pathlib import Path; from models import write_small_llama; write_small_llama(Path(sys.argv[1]))" "$MODEL"

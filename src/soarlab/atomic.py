@@ -196,8 +196,8 @@ def project_temp_outputs(root: Path, paths) -> list[Path]:
     """Stale temporaries where the pipeline writes (`paths`: the config's paths section): the
     reports folder and its subfolders, the models' and the data's folders."""
     reports = Path(root) / paths.reports
-    folders = {reports, Path(root) / paths.data, (Path(root) / paths.base_model).parent,
-               (Path(root) / paths.quantized_model).parent}
+    folders = {reports, Path(root) / paths.data,
+               *((Path(root) / model).parent for model in (paths.base_model, paths.quantized_model, paths.draft_model))}
     if reports.is_dir():
         folders |= {p for p in reports.iterdir() if p.is_dir() and not is_temp_output(p)}
     return sorted(p for folder in folders if folder.is_dir() for p in stale_temp_outputs(folder))
