@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Regenerate the embedded tiny checkpoint (src/soarlab/tiny/checkpoint/) from src/soarlab/tiny/spec.yaml.
 
-    python scripts/build_tiny_model.py            # train (about 2 minutes on 2 cores) and write the checkpoint
+    python scripts/build_tiny_model.py            # train (about 4 minutes on 2 cores) and write the checkpoint
     python scripts/build_tiny_model.py --rehash   # only rewrite SHA256SUMS (after editing the remote code)
     python scripts/build_tiny_model.py --draft    # distil the speculative-decoding draft (src/soarlab/tiny/draft/)
                                                   # from the shipped checkpoint: run it after every rebuild

@@ -184,5 +184,5 @@ def test_embedded_set_is_valid_and_covers_all_tasks():
     from soarlab.datasets.embedded import CORRECTNESS as EMBEDDED
 
     rows = read_correctness_set(EMBEDDED)
-    assert 30 <= len(rows) <= 40
+    assert len(rows) >= 100  # one question moves ori by a point at most
     assert {r["task"] for r in rows} == {"mcq", "qa", "niah", "lcx", "cwe", "fwe"}
