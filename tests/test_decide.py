@@ -82,8 +82,15 @@ def test_mlflow_reads_what_the_ui_shows(lab):
     assert lab["experiment"].tags["mlflow.experimentKind"] == "custom_model_development"
     assert lab["count"] == 4 and "no new run logged" in lab["noop"]  # the no-op `dvc repro` added no run
     fast, slow = runs["fast1"], runs["slow"]
-    assert fast.info.run_name == "none · engine=external, bench.pause_after_flush_s=0, eval.retries=0"
-    assert slow.info.run_name.endswith("bench.pause_after_flush_s=0, bench.warmup_max_tokens=16, eval.retries=0")
+    # The runs table shows the name and hides metric columns: the name leads with the configuration, then its scores.
+    assert fast.data.tags["soarlab.config_name"] == "none · engine=external, bench.pause_after_flush_s=0, eval.retries=0"
+    assert slow.data.tags["soarlab.config_name"].endswith("bench.pause_after_flush_s=0, bench.warmup_max_tokens=16, eval.retries=0")
+    for run in (fast, slow):
+        m = run.data.metrics
+        assert run.info.run_name.startswith("none · engine=external") and len(run.info.run_name) <= 120
+        assert run.info.run_name.endswith(f" · final {m['score.final']:.2f} · C {m['score.C']:g} · ori {m['accuracy.ori_accuracy']:.1f}"
+                                          f" · S1 {m['bench.S1_duration_s']:.2f}s S8 {m['bench.S8_duration_s']:.2f}s"
+                                          f" Smax {m['bench.Smax_duration_s']:.2f}s"), run.info.run_name
     assert fast.data.tags["git.dirty"] == "False"
     # The run spans the pipeline: it starts when its first stage started (check-params for the first run).
     first_stage = json.loads((dest / "reports" / "logs" / "stages.jsonl").read_text().splitlines()[0])
@@ -180,6 +187,9 @@ def test_pareto_plot_merges_identical_configs_and_labels_never_overlap(lab, tmp_
     assert [p.runs for p in found] == [2, 2]  # fast1 and fast2 are one configuration, slow and slow2 another
     merged = max(found, key=lambda p: p.performance)
     assert merged.label.endswith(" ×2") and merged.on_front  # the faster configuration at the same accuracy
+    # Labelled by what differs from the best run (the slow pair's warm-up length), never by DVC's experiment names.
+    assert merged.label == "#1 best ×2"
+    assert min(found, key=lambda p: p.performance).label == "#3 bench.warmup_max_tokens=16 ×2"
     assert merged.perf_low < merged.performance < merged.perf_high  # the noise record's spread
     assert merged.ori == lab["client"].get_run(lab["runs"]["fast1"].info.run_id).data.metrics["accuracy.ori_accuracy"]
     # Crowded: each run as 5 configurations (one key changed; the pairs still merge), ten labels at two points.

@@ -20,7 +20,9 @@ from __future__ import annotations
 import ast
 import json
 import re
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -215,6 +217,23 @@ def test_editing_a_file_a_param_names_re_runs_its_reader(tmp_path, tiny_model_di
     edited = run("dvc", "repro", "fetch-data")
     assert "Running stage 'fetch-data'" in edited and "Running stage 'fetch-model'" not in edited
     assert (proj / "data" / "speed.jsonl").read_text() == speed.read_text()
+
+
+@pytest.mark.slow
+def test_dvc_runs_the_stages_without_an_activated_environment(tmp_path):
+    """`.venv/bin/dvc repro` from a shell whose PATH lacks the environment (not activated): each stage finds
+    the soarlab beside DVC's interpreter (scripts/stage.sh), where `soarlab stage X` was "command not found".
+    Real DVC, under both of its shells: bash (which execs the command) and dash (which waits for it)."""
+    proj, env = make_fresh_project(tmp_path / "proj")
+    env = {k: v for k, v in env.items() if k != "VIRTUAL_ENV"}
+    env["PATH"] = "/usr/bin:/bin"
+    assert shutil.which("soarlab", path=env["PATH"]) is None
+    dvc = str(Path(sys.executable).parent / "dvc")
+    for shell in ("/bin/bash", "/bin/sh"):
+        done = subprocess.run([dvc, "repro", "--force", "check-params"], cwd=proj, env={**env, "SHELL": shell},
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"{shell}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
+        assert "Running stage 'check-params'" in done.stdout and (proj / "reports" / "check-params.json").is_file()
 
 
 def test_every_module_is_some_stage_code_or_a_tool():

@@ -70,6 +70,16 @@ def test_grid_sweep_makes_one_experiment_and_child_run_per_trial(project):
     assert len(runs) == 3 and {r.data.params["engine.log_level"] for r in runs} == {"info", "warning", "error"}
     assert all(r.info.status == "FINISHED" and r.data.tags["dvc.experiment"] in scores for r in runs)
     assert parent.data.params["space.engine.log_level"] == "info,warning,error"
+    # Named by what the sweep varies, then the scores; the base every trial shares (SMALL) is in the trial's tag.
+    for r in runs:
+        level = r.data.params["engine.log_level"]
+        assert r.info.run_name.startswith(f"engine.log_level={level} · final {r.data.metrics['score.final']:.2f} · "), r.info.run_name
+        assert "quant=rtn_w4" in json.loads(r.data.tags["soarlab.trial"])
+    table = out[out.index("best first"):].splitlines()[1:5]
+    assert all("quant" not in row and "eval.limit" not in row for row in table[1:]), table
+    assert sorted(row.split()[-1] for row in table[1:]) == sorted(f"engine.log_level={r.data.params['engine.log_level']}" for r in runs)
+    assert sorted(line.split(":")[0] for line in out.splitlines() if line.startswith("[trial] engine.log_level=")) == \
+        sorted(f"[trial] engine.log_level={r.data.params['engine.log_level']}" for r in runs)
     best_final = max(r.data.metrics["score.final"] for r in runs)
     best_levels = {f"engine.log_level={r.data.params['engine.log_level']}" for r in runs
                    if r.data.metrics["score.final"] == best_final}  # ties are possible

@@ -173,6 +173,39 @@ def test_parent_run_logs_a_space_that_adds_a_flag(tmp_path):
     params = mlflow.MlflowClient(uri).get_run(run_id).data.params
     assert params == {"space.engine.server_args.kv-cache-dtype": "auto,fp8_e4m3",
                       "space.engine.server_args.chunked-prefill-size": "4096"}
+    # What the sweep varies names its trials: a trial that fails before its pipeline's run is named by it too.
+    record = SweepRecord(cfg, "s")
+    assert record.varies() == ["engine.server_args.kv-cache-dtype"]
+    failed = record.record_failure(["engine.server_args.chunked-prefill-size=4096", "+engine.server_args.kv-cache-dtype=auto"],
+                                   "server did not start", {})
+    assert mlflow.MlflowClient(uri).get_run(failed).info.run_name == "engine.server_args.kv-cache-dtype=auto · failed"
+
+
+def test_a_trial_is_shown_by_what_its_sweep_varies_not_the_base_every_trial_shares():
+    """A GPU sweep's trials share a dozen overrides (engine=sglang, engine.python=..., the speed set):
+    its lines and table show the overrides of the keys given with sweep syntax, each line <= 200 characters."""
+    from soarlab.sweep.record import summary_table, varying_keys
+
+    base = ["engine=sglang", "bench.dataset.num_requests=4", "engine.python=/opt/sglang-env/bin/python" + "/x" * 40]
+    space = {**dict(o.split("=", 1) for o in base), "+engine.server_args.kv-cache-dtype": "auto,fp8_e4m3",
+             "quant": "choice(gptq_w4,gptq_w8)", "engine.server_args.chunked-prefill-size": "range(4096,16385,4096)"}
+    varies = varying_keys(space)
+    assert varies == ["engine.server_args.chunked-prefill-size", "engine.server_args.kv-cache-dtype", "quant"]
+    trials = [TrialResult([*base, "quant=gptq_w4", f"+engine.server_args.kv-cache-dtype={dtype}",
+                           "engine.server_args.chunked-prefill-size=4096"], final=final, C=1.0,
+                          durations={"S1": 1.5, "S8": 2.5, "Smax": 3.5})
+              for dtype, final in (("auto", 40.0), ("fp8_e4m3", 41.0))]
+    trials.append(TrialResult([*base, "quant=gptq_w8", "+engine.server_args.kv-cache-dtype=auto",
+                               "engine.server_args.chunked-prefill-size=8192"], failure="out of memory: " + "x" * 300))
+    assert trials[1].line(varies) == ("quant=gptq_w4 engine.server_args.kv-cache-dtype=fp8_e4m3 "
+                                      "engine.server_args.chunked-prefill-size=4096: final=41.0 C=1.0 S1=1.50s S8=2.50s Smax=3.50s")
+    table = summary_table(trials, varies).splitlines()
+    assert table[1].endswith("  quant=gptq_w4 engine.server_args.kv-cache-dtype=fp8_e4m3 engine.server_args.chunked-prefill-size=4096")
+    assert "FAILED" in table[3] and "quant=gptq_w8" in table[3]
+    assert all(len(line) <= 200 and "engine.python" not in line and "num_requests" not in line
+               for line in [*table, *(t.line(varies) for t in trials)])
+    # A sweep recorded before its varying keys were: every override, as before.
+    assert "engine.python=" in trials[0].line(None)
 
 
 @pytest.mark.slow

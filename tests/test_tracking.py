@@ -44,7 +44,9 @@ def test_one_run_with_params_metrics_artifacts_and_tags(project, monkeypatch):
     assert tracking_uri(cfg) == f"sqlite:///{root / 'mlflow.db'}"
     client = mlflow.MlflowClient(tracking_uri(cfg))
     run = client.get_run(run_id)
-    assert run.info.status == "FINISHED" and run.info.run_name == cfg.quant.name == "gptq_w4_mixed"  # the preset; nothing overridden
+    assert run.info.status == "FINISHED" and run.data.tags["soarlab.config_name"] == cfg.quant.name == "gptq_w4_mixed"  # nothing overridden
+    # The runs table shows the name, not the metric columns: the scores of the reports above follow the preset.
+    assert run.info.run_name == "gptq_w4_mixed · final 99.50 · C 1 · ori 81.5 · S1 2.00s S8 3.00s Smax 4.00s"
     assert run.data.params["engine.port"] == "30000" and run.data.params["quant.name"] == "gptq_w4_mixed"
     assert run.data.metrics["bench.S1_duration_s"] == 2.0 and run.data.metrics["accuracy.ori_accuracy"] == 81.5
     assert run.data.metrics["score.final"] == 99.5 and "accuracy.note" not in run.data.metrics
@@ -77,13 +79,14 @@ def test_dvc_temp_copy_logs_into_the_owning_project(tmp_path, monkeypatch):
     assert owning_project_root(copy / "conf") == owner
 
 
-def test_run_name_shows_the_flag_two_sweep_trials_differ_in():
+def test_run_name_shows_the_flag_two_sweep_trials_differ_in(monkeypatch):
     """A group's keys are named against the group's own preset: trials of engine=sglang that differ in one
     serving flag get different names (seen on the H200 sweep, where both were 'none · engine=sglang')."""
-    from soarlab.tracking.params import run_name, run_params
+    from soarlab.tracking.params import config_name, run_params
+    from soarlab.tracking.tags import TRIAL_LABEL_ENV
 
     def name(*overrides):
-        return run_name(compose(list(overrides)), run_params(composed_data(list(overrides))))
+        return config_name(compose(list(overrides)), run_params(composed_data(list(overrides))))
 
     assert name() == "gptq_w4_mixed"
     assert name("quant=none", "engine=sglang") == "none · engine=sglang"
@@ -91,6 +94,9 @@ def test_run_name_shows_the_flag_two_sweep_trials_differ_in():
         "none · engine=sglang, engine.server_args.kv-cache-dtype=fp8_e4m3"
     assert name("engine=external", "engine.url=http://gpu-box:30000") == "gptq_w4_mixed · engine=external"  # incidental
     assert name("bench.rerun=compare-1a2b3c4d-A2") == "gptq_w4_mixed · rerun A2"  # compare --rerun: twins apart
+    monkeypatch.setenv(TRIAL_LABEL_ENV, "engine.server_args.kv-cache-dtype=fp8_e4m3")  # a sweep trial: what its sweep varies
+    assert name("quant=none", "engine=sglang", "+engine.server_args.kv-cache-dtype=fp8_e4m3") == \
+        "engine.server_args.kv-cache-dtype=fp8_e4m3"
 
 
 @pytest.fixture
@@ -110,7 +116,8 @@ def track_project(tmp_path):
 
 
 def track(root, *args: str) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k not in ("DVC_ROOT", "DVC_STAGE", "SOARLAB_SWEEP", "SOARLAB_TRIAL")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DVC_ROOT", "DVC_STAGE", "SOARLAB_SWEEP", "SOARLAB_TRIAL", "SOARLAB_TRIAL_LABEL")}
     return subprocess.Popen([sys.executable, "-m", "soarlab.cli", "stage", "track", *args], cwd=root, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -153,6 +160,8 @@ def test_a_restored_measurement_gets_its_new_score_not_a_second_run(track_projec
     client = mlflow.MlflowClient(f"sqlite:///{track_project / 'mlflow.db'}")
     first = track(track_project)
     assert first.communicate(timeout=600) and first.returncode == 0
+    (before,) = logged_runs(track_project)
+    assert before.info.run_name.endswith(" · final 99.50 · C 1 · S1 2.00s S8 3.00s Smax 4.00s")
     score = track_project / "reports" / "score.json"
     write_json(score, {"final": 42.25, "C": 1.0, "invalid_levels": []})  # what score writes against a faster reference
     again = track(track_project)
@@ -160,6 +169,10 @@ def test_a_restored_measurement_gets_its_new_score_not_a_second_run(track_projec
     assert again.returncode == 0 and "restored from DVC's run cache" in out and "99.5 -> 42.25" in out, out
     (run,) = logged_runs(track_project)
     assert run.data.metrics["score.final"] == 42.25
+    # Its name carries the score, so it follows (the configuration's name kept apart, in a tag).
+    assert run.info.run_name == before.info.run_name.replace("final 99.50", "final 42.25")
+    assert run.data.tags["soarlab.config_name"] == before.data.tags["soarlab.config_name"]
+    assert run.info.run_name.startswith(run.data.tags["soarlab.config_name"][:20])
     logged_score = client.download_artifacts(run.info.run_id, "reports/score.json", str(track_project / "dl"))
     assert json.loads(open(logged_score).read())["final"] == 42.25
     unchanged = track(track_project)

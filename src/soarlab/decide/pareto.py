@@ -3,7 +3,8 @@
 x is the raw accuracy (ori), not the normalized one, which the cap flattens at 100 for every run
 above the baseline; the C bands (score.c_table at the model's baseline) are shaded behind it.
 y is the performance (the weighted speed score). Runs of one configuration (soarlab.decide.noise's
-config digest, on one model and speed set) are one point, labelled with their count. Error bars:
+config digest, on one model and speed set) are one point, labelled with what differs from the best run
+(`quant=gptq_w4`; the best one `best`) and their count. Error bars:
 x the ori bootstrap interval, y the performance interval from each level's run-to-run noise (the
 noise record, never below the repeats; with several runs, their own spread if larger). The front
 (no other point both more accurate and faster) is drawn. Labels are moved apart by adjustText.
@@ -24,7 +25,7 @@ from soarlab.tracking.tags import MACHINE_TAG
 from soarlab.decide.runs import RunRecord
 from soarlab.domain import LEVELS
 
-_LABEL_CHARS = 32
+_LABEL_CHARS = 40
 
 
 @dataclass
@@ -69,7 +70,7 @@ def points(table: list[dict], runs: Sequence[RunRecord], cfg: SoarConfig, noise:
         one_run = statistics.fmean(_performance_sd(run, row, cfg, noise) for row, run in members)
         between = statistics.stdev(perf) if len(perf) > 1 else 0.0
         half = z * max(one_run, between) / math.sqrt(len(perf))
-        name = rows[0]["experiment"] or rows[0]["run"]
+        name = rows[0]["differs_from_best"] or ("best" if rows[0]["rank"] == 1 else rows[0]["run"])
         name = name if len(name) <= _LABEL_CHARS else name[: _LABEL_CHARS - 1] + "…"
         ori = statistics.fmean(row["ori"] for row in rows)
         lows = [row["ori_low"] if row["ori_low"] is not None else row["ori"] for row in rows]

@@ -15,7 +15,7 @@ from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
 from soarlab.metrics.scoring import coefficient, normalized_accuracy
 from soarlab.schema import ScoreGroup, SoarConfig
-from soarlab.tracking.tags import PRUNED_TAG, SPEED_SET_TAG
+from soarlab.tracking.tags import CONFIG_NAME_TAG, PRUNED_TAG, SPEED_SET_TAG
 
 SUBMITTED_TAG = "soarlab.submitted"
 SUBMITTED_AT_TAG = "soarlab.submission.recorded_at"
@@ -28,7 +28,7 @@ _RUN_ID = re.compile(r"^[0-9a-f]{8,32}$")
 @dataclass
 class RunRecord:
     run_id: str
-    name: str
+    name: str  # the configuration's name (CONFIG_NAME_TAG), without the scores the MLflow run name carries
     start_ms: int
     tags: dict[str, str]
     params: dict[str, str]
@@ -121,7 +121,8 @@ def load_runs(cfg: SoarConfig, model: str | None = None, speed_set: str | None =
         if sweep and sweep not in (tags.get("mlflow.parentRunId"), tags.get("soarlab.sweep")):
             continue
         info = run.info
-        record = RunRecord(info.run_id, info.run_name or info.run_id[:8], info.start_time or 0, dict(tags),
+        name = tags.get(CONFIG_NAME_TAG) or info.run_name or info.run_id[:8]
+        record = RunRecord(info.run_id, name, info.start_time or 0, dict(tags),
                            dict(run.data.params), dict(run.data.metrics))
         if run.data.metrics.get(PRUNED_METRIC) == 1.0:
             runs.pruned.append(record)

@@ -7,7 +7,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from soarlab.sweep.record import SweepRecord, experiment_name, summary_table
+from soarlab.sweep.record import SweepRecord, experiment_name, summary_table, trial_label
 from soarlab.sweep.spec_gains import spec_gains_table
 from soarlab.tracking.store import tracking_uri
 from soarlab.tracking.tags import SWEEP_TRIAL_ENV
@@ -29,9 +29,9 @@ class SweepProgress(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         record = SweepRecord(config, sweep_name(config))
-        results = record.results()
-        best = record.close(results)
-        print(f"[sweep] {record.name}: {len(results)} trials, best first\n{summary_table(results)}", flush=True)
+        results, varies = record.results(), record.varies()
+        best = record.close(results, varies)
+        print(f"[sweep] {record.name}: {len(results)} trials, best first\n{summary_table(results, varies)}", flush=True)
         gains = spec_gains_table(results, dict(config.score.weights))
         if gains:
             print(f"[sweep] speculative decoding against spec=none, duration saved per level (+: faster):\n{gains}",
@@ -39,5 +39,5 @@ class SweepProgress(Callback):
         if best is None:
             print("[sweep] no trial passed the accuracy gate (C > 0); nothing to apply", flush=True)
         else:
-            print(f"[sweep] best: {' '.join(best.overrides)} (final {best.final}); apply it with: "
+            print(f"[sweep] best: {trial_label(best.overrides, varies)} (final {best.final}); apply it with: "
                   f"dvc exp apply {experiment_name(record.name, best.overrides)}", flush=True)

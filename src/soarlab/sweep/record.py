@@ -22,6 +22,8 @@ from soarlab.tracking.tags import PRUNED_TAG
 
 ROLE_TAG, SWEEP_TAG, TRIAL_TAG, FAILURE_TAG = "soarlab.role", "soarlab.sweep", "soarlab.trial", "soarlab.failure"
 PARENT_TAG = "mlflow.parentRunId"
+VARIES_TAG = "soarlab.sweep_varies"  # on the parent run: the keys the sweep varies (JSON list)
+_LINE_CHARS = 200
 
 
 def override_key(override: str) -> str:
@@ -37,6 +39,34 @@ def trial_key(overrides: Sequence[str]) -> str:
 def experiment_name(sweep: str, overrides: Sequence[str]) -> str:
     """The trial's DVC experiment name (what `dvc exp apply` takes): the same on a resume."""
     return f"{sweep}-{hashlib.sha1(trial_key(overrides).encode()).hexdigest()[:8]}"
+
+
+def varying_keys(space: dict[str, str]) -> list[str]:
+    """The keys a sweep's search space varies: those given with Hydra's sweep syntax (`a,b`, `choice(...)`,
+    `range(...)`, `interval(...)`, `glob(...)`), not the base every trial shares (`engine=sglang`)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+
+    def varies(key: str, value: str) -> bool:
+        try:
+            return parser.parse_override(f"{key}={value}").is_sweep_override()
+        except HydraException:  # not an override Hydra parses alone: not a search dimension
+            return False
+
+    return sorted({override_key(k) for k, v in space.items() if varies(k, v)})
+
+
+def trial_label(overrides: Sequence[str], varies: Sequence[str] | None) -> str:
+    """What sets a trial apart in its sweep: its overrides of the keys the sweep varies (`varies`; every
+    override when unknown), without Hydra's `+`/`~`."""
+    shown = [o.lstrip("+~") for o in overrides if varies is None or override_key(o) in varies]
+    return " ".join(shown) or "(defaults)"
+
+
+def _cut(text: str, chars: int) -> str:
+    return text if len(text) <= chars else text[: max(chars - 1, 0)] + "…"
 
 
 @dataclass
@@ -68,29 +98,32 @@ class TrialResult:
             return (3, 0.0)
         return (0 if self.C else 1, -self.objective)
 
-    def line(self) -> str:
-        head = " ".join(self.overrides) or "(defaults)"
+    def line(self, varies: Sequence[str] | None = None) -> str:
+        """One line (at most ~200 characters): the trial's label (trial_label), then its result."""
         if self.failure is not None:
-            return f"{head}: FAILED ({self.failure})"
-        if self.pruned is not None:
-            return f"{head}: PRUNED ({self.pruned})"
-        secs = " ".join(f"{lvl}={self.durations.get(lvl) or float('nan'):.2f}s" for lvl in LEVELS)
-        return f"{head}: final={self.final} C={self.C} {secs}"
+            tail = f": FAILED ({self.failure})"
+        elif self.pruned is not None:
+            tail = f": PRUNED ({self.pruned})"
+        else:
+            secs = " ".join(f"{lvl}={self.durations.get(lvl) or float('nan'):.2f}s" for lvl in LEVELS)
+            tail = f": final={self.final} C={self.C} {secs}"
+        head = _cut(trial_label(self.overrides, varies), max(_LINE_CHARS // 2, _LINE_CHARS - len(tail)))
+        return _cut(head + tail, _LINE_CHARS)
 
 
-def summary_table(results: Sequence[TrialResult]) -> str:
-    rows = [f"{'#':>3}  {'final':>8}  {'C':>5}  " + "  ".join(f"{lvl:>7}" for lvl in LEVELS) + "  overrides"]
+def summary_table(results: Sequence[TrialResult], varies: Sequence[str] | None = None) -> str:
+    """The trials best first, each named by what the sweep varies (trial_label); lines of ~200 characters."""
+    head = f"{'#':>3}  {'final':>8}  {'C':>5}  " + "  ".join(f"{lvl:>7}" for lvl in LEVELS) + "  "
+    rows = [_cut(head + ("trial: " + ", ".join(varies) if varies else "overrides"), _LINE_CHARS)]
     for i, r in enumerate(sorted(results, key=TrialResult.rank_key), 1):
-        if r.failure is not None:
-            rows.append(f"{i:>3}  {'FAILED':>8}  {'':>5}  " + "  ".join(f"{'':>7}" for _ in LEVELS)
-                        + f"  {' '.join(r.overrides)}  ({r.failure})")
-            continue
-        if r.pruned is not None:
-            rows.append(f"{i:>3}  {'PRUNED':>8}  {'':>5}  " + "  ".join(f"{'':>7}" for _ in LEVELS)
-                        + f"  {' '.join(r.overrides)}  ({r.pruned})")
-            continue
-        secs = "  ".join(f"{(r.durations.get(lvl) or math.nan):>7.2f}" for lvl in LEVELS)
-        rows.append(f"{i:>3}  {r.final!s:>8}  {r.C!s:>5}  {secs}  {' '.join(r.overrides)}")
+        label = trial_label(r.overrides, varies)
+        if r.failure is not None or r.pruned is not None:
+            cells = f"{'FAILED' if r.failure is not None else 'PRUNED':>8}  {'':>5}  " + "  ".join(f"{'':>7}" for _ in LEVELS)
+            line = f"{i:>3}  {cells}  {label}  ({r.failure if r.failure is not None else r.pruned})"
+        else:
+            secs = "  ".join(f"{(r.durations.get(lvl) or math.nan):>7.2f}" for lvl in LEVELS)
+            line = f"{i:>3}  {r.final!s:>8}  {r.C!s:>5}  {secs}  {label}"
+        rows.append(_cut(line, _LINE_CHARS))
     return "\n".join(rows)
 
 
@@ -108,7 +141,8 @@ class SweepRecord:
         return runs[0].info.run_id if runs else None
 
     def open_parent(self, space: dict[str, str], command: Sequence[str]) -> str:
-        """The sweep's parent run, made on the first start and reopened on a resume."""
+        """The sweep's parent run, made on the first start and reopened on a resume; tagged with the
+        keys the space varies (VARIES_TAG), which name its trials."""
         run_id = self.parent_id()
         if run_id is None:
             run = self.client.create_run(self.experiment_id, run_name=self.name,
@@ -120,7 +154,14 @@ class SweepRecord:
             self.client.log_dict(run_id, {"space": space, "command": list(command)}, "sweep/search_space.json")
         else:
             self.client.update_run(run_id, status="RUNNING")
+        self.client.set_tag(run_id, VARIES_TAG, json.dumps(varying_keys(space)))
         return run_id
+
+    def varies(self) -> list[str] | None:
+        """The keys the sweep varies (VARIES_TAG of its parent run); None when unknown."""
+        parent = self.parent_id()
+        tag = self.client.get_run(parent).data.tags.get(VARIES_TAG) if parent else None
+        return json.loads(tag) if tag is not None else None
 
     def results(self) -> list[TrialResult]:
         parent = self.parent_id()
@@ -152,7 +193,7 @@ class SweepRecord:
         run_id = self.child_run(key)
         if run_id is None:
             parent = self.parent_id()
-            run = self.client.create_run(self.experiment_id, run_name=f"{self.name} (failed)", tags={
+            run = self.client.create_run(self.experiment_id, run_name=_cut(f"{trial_label(overrides, self.varies())} · failed", _LINE_CHARS), tags={
                 PARENT_TAG: parent or "", SWEEP_TAG: self.name, TRIAL_TAG: key})
             run_id = run.info.run_id
             for item in overrides:
@@ -177,8 +218,8 @@ class SweepRecord:
         if saved_s is not None:
             self.client.log_metric(run_id, "pruning.saved_s", saved_s)
 
-    def close(self, results: Sequence[TrialResult]) -> TrialResult | None:
-        """Put the best gated trial and the ranking on the parent run; finish it."""
+    def close(self, results: Sequence[TrialResult], varies: Sequence[str] | None) -> TrialResult | None:
+        """Put the best gated trial (its overrides in full) and the ranking on the parent run; finish it."""
         parent = self.parent_id()
         if parent is None:
             return None
@@ -192,7 +233,7 @@ class SweepRecord:
         self.client.log_metric(parent, "trials.finished", sum(r.failure is None for r in results))
         self.client.log_metric(parent, "trials.failed", sum(r.failure is not None for r in results))
         self.client.log_metric(parent, "trials.pruned", sum(r.pruned is not None for r in results))
-        self.client.log_text(parent, summary_table(results), "sweep/summary.txt")
+        self.client.log_text(parent, summary_table(results, varies), "sweep/summary.txt")
         self.client.set_terminated(parent, "FINISHED")
         return best
 

@@ -33,9 +33,9 @@ from soarlab.schema import SoarConfig, validate, validate_sweep, validate_trial
 from soarlab.sweep.lease import gpu_lease, try_lock
 from soarlab.pruning import PrunedTrial
 from soarlab.sweep.pruning import TrialPruning, forget_pruned_evaluate, pruner_config
-from soarlab.sweep.record import SweepRecord, TrialResult, experiment_name, override_key, trial_key
+from soarlab.sweep.record import SweepRecord, TrialResult, experiment_name, override_key, trial_key, trial_label
 from soarlab.tracking.durations import answer_reference_ahead
-from soarlab.tracking.tags import SPEED_SET_TAG, SWEEP_TRIAL_ENV
+from soarlab.tracking.tags import SPEED_SET_TAG, SWEEP_TRIAL_ENV, TRIAL_LABEL_ENV
 
 # Override keys that configure the sweep itself, not the pipeline: never handed to `dvc exp run -S`.
 _SWEEP_KEYS = ("hydra", "sweep", "trial")
@@ -212,9 +212,10 @@ def run_trial(cfg: DictConfig) -> float | PrunedTrial | None:
     overrides = pipeline_overrides(hydra_cfg.overrides.task, trial.always, pipeline)
     key = trial_key(overrides)
     record = SweepRecord(pipeline, sweep)
+    varies = record.varies()
     earlier = record.finished(key)
     if earlier is not None:
-        print(f"[trial] {earlier.line()}  (finished earlier in this sweep; not run again)", flush=True)
+        print(f"[trial] {earlier.line(varies)}  (finished earlier in this sweep; not run again)", flush=True)
         return PrunedTrial(earlier.pruned) if earlier.pruned is not None else earlier.objective
     name = experiment_name(sweep, overrides)
     out_dir = Path(hydra_cfg.runtime.output_dir)
@@ -226,7 +227,8 @@ def run_trial(cfg: DictConfig) -> float | PrunedTrial | None:
     with open(log_path, "a") as log, quantize_once(root, pipeline) as quantized, \
             gpu_lease(Path(trial.jit_cache_dir).expanduser()) as lease:
         env = {**os.environ, **lease.env, SWEEP_TRIAL_ENV["mlflow.parentRunId"]: record.parent_id() or "",
-               SWEEP_TRIAL_ENV["soarlab.trial"]: key, TRIAL_LOGS_ENV: str(logs_dir.resolve()),
+               SWEEP_TRIAL_ENV["soarlab.trial"]: key, TRIAL_LABEL_ENV: trial_label(overrides, varies),
+               TRIAL_LOGS_ENV: str(logs_dir.resolve()),
                **(pruning.env() if pruning else {})}
         remote = dvc_remote(root, trial.remote, env)
         returncode = run_experiment(root, name, overrides, env, trial.timeout_s, log, quantized,
@@ -255,7 +257,7 @@ def run_trial(cfg: DictConfig) -> float | PrunedTrial | None:
         speed_set_sha = record.client.get_run(result.run_id).data.tags.get(SPEED_SET_TAG)
         if speed_set_sha:
             answer_reference_ahead(pipeline, speed_set_sha)
-    print(f"[trial] {result.line()}", flush=True)
+    print(f"[trial] {result.line(varies)}", flush=True)
     return PrunedTrial(result.pruned) if result.pruned is not None else result.objective
 
 

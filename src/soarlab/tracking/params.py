@@ -1,11 +1,15 @@
-"""The config of a run as MLflow params, and the run's name: the quant preset and what differs from conf/."""
+"""The config of a run as MLflow params, and the run's name: what sets it apart (the quant preset and what
+differs from conf/, or a sweep trial's varying overrides), then its scores, since the MLflow runs table
+shows the name and hides every metric column until the user picks it."""
 
 from __future__ import annotations
 
 import json
 
 from soarlab.config import flatten
+from soarlab.domain import LEVELS
 from soarlab.schema import SoarConfig
+from soarlab.tracking.tags import trial_label
 
 # MLflow rejects param values over this many characters.
 _MAX_PARAM_CHARS = 6000
@@ -53,11 +57,40 @@ def overrides_of(params: dict[str, str], incidental) -> list[str]:
     return presets + [d for d in config_delta(params, reference, incidental) if not is_preset(d)]
 
 
-def run_name(cfg: SoarConfig, params: dict[str, str]) -> str:
-    """'gptq_w4', 'none', 'gptq_w4 · engine=sglang, engine.server_args.kv-cache-dtype=fp8_e4m3': the preset
-    and what changed (incidental keys left out), and which rerun of a compare it is ('gptq_w4 · rerun A2')."""
+def config_name(cfg: SoarConfig, params: dict[str, str]) -> str:
+    """'gptq_w4', 'none · engine=sglang, engine.server_args.kv-cache-dtype=fp8_e4m3': the preset and what
+    changed (incidental keys left out), and which rerun of a compare it is ('gptq_w4 · rerun A2'); a sweep
+    trial's is what its sweep varies (soarlab.sweep.record.trial_label), handed down by the trial."""
+    label = trial_label()
+    if label:
+        return label
     rest = [d for d in overrides_of(params, cfg.decide.incidental_params) if not d.startswith("quant=")]
     if cfg.bench.rerun:  # `soarlab compare --rerun`: compare-<id>-A2 is rerun A2, apart from its twins
         rest.append(f"rerun {cfg.bench.rerun.rsplit('-', 1)[-1]}")
-    name = cfg.quant.name + (" · " + ", ".join(rest) if rest else "")
-    return name if len(name) <= 250 else name[:249] + "…"
+    return cfg.quant.name + (" · " + ", ".join(rest) if rest else "")
+
+
+NAME_CHARS = 120  # a run name the runs table shows whole at its usual width
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.2f}s" if value < 10 else f"{value:.1f}s" if value < 100 else f"{value:.0f}s"
+
+
+def scored_name(config: str, metrics: dict[str, float]) -> str:
+    """The run's name in MLflow: `config` (config_name, cut to fit), then its scores from its metrics:
+    'gptq_w4_mixed · final 41.30 · C 1 · ori 81.2 · S1 1.72s S8 1.72s Smax 1.66s'."""
+    if metrics.get("score.pruned") == 1.0:
+        scores = "pruned"
+    else:
+        final, c, ori = metrics.get("score.final"), metrics.get("score.C"), metrics.get("accuracy.ori_accuracy")
+        durations = {level: metrics.get(f"bench.{level}_duration_s") for level in LEVELS}
+        scores = " · ".join(part for part in (
+            "final " + (f"{final:.2f}" if final is not None else "-"),
+            f"C {c:g}" if c is not None else "",
+            f"ori {ori:.1f}" if ori is not None else "",
+            " ".join(f"{level} {_seconds(d)}" for level, d in durations.items() if d is not None),
+        ) if part)
+    room = NAME_CHARS - len(scores) - len(" · ")
+    config = config if len(config) <= room else config[: max(room - 1, 0)] + "…"
+    return f"{config} · {scores}"

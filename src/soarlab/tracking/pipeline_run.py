@@ -17,10 +17,10 @@ from soarlab.domain import LEVELS
 from soarlab.schema import SoarConfig
 from soarlab.tracking import run_page
 from soarlab.tracking.lossless import answers_key
-from soarlab.tracking.params import run_name, run_params
+from soarlab.tracking.params import config_name, run_params, scored_name
 from soarlab.tracking.stage_times import pipeline_start_ms
 from soarlab.tracking.store import open_store
-from soarlab.tracking.tags import ANSWERS_KEY_TAG, recipe_markdown, run_tags
+from soarlab.tracking.tags import ANSWERS_KEY_TAG, CONFIG_NAME_TAG, recipe_markdown, run_tags
 
 
 def _numbers(path: Path, prefix: str) -> Iterator[tuple[str, float]]:
@@ -56,17 +56,21 @@ def run_with_inputs(cfg: SoarConfig, digest: str) -> str | None:
 def rescore_run(cfg: SoarConfig, run_id: str, reports: Path) -> tuple[float | None, float | None] | None:
     """Give the run that holds this measurement (run_with_inputs; every stage restored from DVC's run
     cache) the score of reports/score.json, against the reference as it is now: its `score.*` metrics
-    (a later value at the same step: MLflow shows the latest) and the score and reference reports.
+    (a later value at the same step: MLflow shows the latest), its name (which carries the score:
+    tracking.params.scored_name) and the score and reference reports.
     (final before, final now) when the score changed, else None (nothing re-ran)."""
     from mlflow.entities import Metric
 
     client, _ = open_store(cfg)
-    logged = client.get_run(run_id).data.metrics
+    run = client.get_run(run_id)
+    logged = run.data.metrics
     changed = {k: v for k, v in _score_metrics(reports).items() if logged.get(k) != v}
     if not changed:
         return None
     now_ms = int(time.time() * 1000)
     client.log_batch(run_id, metrics=[Metric(k, v, now_ms, 0) for k, v in changed.items()])
+    config = run.data.tags.get(CONFIG_NAME_TAG) or run.info.run_name
+    client.update_run(run_id, name=scored_name(config, {**logged, **changed}))
     for name in ("score.json", "reference.json"):
         if (reports / name).is_file():
             client.log_artifact(run_id, str(reports / name), artifact_path=reports.name)
@@ -88,13 +92,14 @@ def log_pipeline_run(cfg: SoarConfig, reports: Path, params_file: Path, speed_se
     tags[ANSWERS_KEY_TAG] = answers_key(flatten(config), cfg.decide.incidental_params,
                                         file_sha256(correctness) if correctness.is_file() else "")
     params = run_params(config)
-    run = client.create_run(
-        experiment_id, start_time=pipeline_start_ms(reports), run_name=run_name(cfg, params), tags=tags
-    )
+    numbers = dict(_report_metrics(reports))
+    tags[CONFIG_NAME_TAG] = config_name(cfg, params)
+    run = client.create_run(experiment_id, start_time=pipeline_start_ms(reports),
+                            run_name=scored_name(tags[CONFIG_NAME_TAG], numbers), tags=tags)
     run_id = run.info.run_id
     try:
         now_ms = int(time.time() * 1000)
-        metrics = [Metric(k, v, now_ms, 0) for k, v in _report_metrics(reports)]
+        metrics = [Metric(k, v, now_ms, 0) for k, v in numbers.items()]
         metrics += run_page.bench_series(reports, LEVELS, now_ms)
         items = [Param(k, v) for k, v in params.items()]
         for start in range(0, len(items), 100):  # MLflow's batch limit is 100 params per call

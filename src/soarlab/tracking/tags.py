@@ -17,12 +17,15 @@ SWEEP_TRIAL_ENV = {
     "soarlab.trial": "SOARLAB_TRIAL",
     "soarlab.cuda_visible_devices": "CUDA_VISIBLE_DEVICES",
 }
+# What sets a sweep trial apart in its sweep (the overrides the sweep varies), handed to its run's name likewise.
+TRIAL_LABEL_ENV = "SOARLAB_TRIAL_LABEL"
 # The `soarlab compare --rerun` a run belongs to (soarlab.decide.rerun), through the environment likewise.
 COMPARE_ENV = "SOARLAB_COMPARE"
 MACHINE_TAG = "soarlab.machine"  # the host a run was measured on
 SPEED_SET_TAG = "soarlab.speed_set_sha"  # the content digest of the speed set the run was measured on
 SPEC_TAG = "soarlab.spec"  # the run's speculative-decoding preset (spec.name)
 ANSWERS_KEY_TAG = "soarlab.answers_key"  # the digest of what decides its answers (soarlab.tracking.lossless)
+CONFIG_NAME_TAG = "soarlab.config_name"  # the run's name without its scores (tracking.params.config_name)
 PRUNED_TAG = "soarlab.pruned"  # why a pruning sweep stopped the trial (set by soarlab.sweep.record)
 
 
@@ -31,6 +34,11 @@ def run_context() -> dict[str, str]:
     parent run and the trial. Not the GPU it got, which says where it ran, not what it is."""
     return {tag: os.environ[var] for tag, var in SWEEP_TRIAL_ENV.items()
             if tag != "soarlab.cuda_visible_devices" and os.environ.get(var)}
+
+
+def trial_label() -> str:
+    """The sweep trial's label its trial handed down (TRIAL_LABEL_ENV); empty outside `soarlab sweep`."""
+    return os.environ.get(TRIAL_LABEL_ENV, "")
 
 
 def _git(*args: str) -> str:
