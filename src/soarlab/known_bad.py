@@ -10,24 +10,23 @@ import json
 import sys
 
 from soarlab.errors import SoarError
-from soarlab.schema import KnownBad, SGLangEngine
 
 _said: set[str] = set()
 
 
-def matches(rule: KnownBad, args: dict) -> bool:
+def matches(rule, args: dict) -> bool:
     return (all(args.get(flag) in values for flag, values in rule.when.items())
             and not any(args.get(flag) == value for flag, value in rule.unless.items()))
 
 
-def _describe(rule: KnownBad, args: dict) -> str:
+def _describe(rule, args: dict) -> str:
     return " with ".join(f"{flag}={args.get(flag) if flag in args else '(unset)'}" for flag in rule.when)
 
 
 def check(cfg) -> None:
     """Refuse the first recorded known-bad combination found; warn of second-hand ones."""
     targets = [("package.sglang.server_args", cfg.package.sglang.server_args)]
-    if isinstance(cfg.engine, SGLangEngine):
+    if cfg.engine.name == "sglang":
         targets.insert(0, ("engine.server_args", cfg.engine.server_args))
     for where, args in targets:
         for rule in cfg.package.sglang.known_bad:

@@ -10,15 +10,9 @@ is said to vary, and the share of changed answers is reported as a rate.
 
 from __future__ import annotations
 
+from soarlab.accuracy.answers import compare_answers
+
 SHOWN = 5  # changed questions named in a printed line; the report lists them all
-
-
-def compare_answers(before: list[dict], after: list[dict]) -> dict:
-    """{"questions", "differ", "changed": [{"index", "task", "before", "after"}]} of two prediction lists
-    (predictions.jsonl rows, in dataset order)."""
-    changed = [{"index": i, "task": a.get("task"), "before": b.get("prediction"), "after": a.get("prediction")}
-               for i, (b, a) in enumerate(zip(before, after)) if b.get("prediction") != a.get("prediction")]
-    return {"questions": min(len(before), len(after)), "differ": len(changed), "changed": changed}
 
 
 def engine_varies(cfg) -> bool:

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from soarlab.accuracy.after_load import compare_answers
+from soarlab.accuracy.answers import compare_answers
 from soarlab.tracking.params import incidental_key
 from soarlab.tracking.tags import ANSWERS_KEY_TAG, SPEC_TAG
 
