@@ -20,7 +20,7 @@ def matches(rule, args: dict) -> bool:
 
 
 def _describe(rule, args: dict) -> str:
-    return " with ".join(f"{flag}={args.get(flag) if flag in args else '(unset)'}" for flag in rule.when)
+    return " with ".join(f"{flag}={'(unset)' if args.get(flag) is None else args[flag]}" for flag in rule.when)
 
 
 def check(cfg) -> None:
