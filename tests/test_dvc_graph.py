@@ -33,7 +33,8 @@ from conftest import ROOT, make_fresh_project
 SRC = ROOT / "src"
 PKG = SRC / "soarlab"
 HARNESS = {"soarlab", "soarlab.cli", "soarlab.stages", "soarlab.config", "soarlab.schema", "soarlab.errors",
-           "soarlab.paths", "soarlab.atomic", "soarlab.quiet", "soarlab.startup", "soarlab.parent_death"}
+           "soarlab.paths", "soarlab.atomic", "soarlab.quiet", "soarlab.startup", "soarlab.parent_death",
+           "soarlab.known_bad"}  # part of validation (schema.validate), as the SGLang flag checks
 STAGES = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
 # The data files (and folders of them) under src/soarlab each module reads: module -> paths under PKG.
 # A .py file in such a folder (the lm-eval task's hooks) is followed as code too.

@@ -66,7 +66,7 @@ def test_shipped_model_scores_the_readme_table(tiny_model_dir, tmp_path, monkeyp
     from soarlab.stages import accuracy
 
     table = _readme_table()
-    assert {"none", "gptq_w4", "gptq_w4_mixed", "gptq_w8", "rtn_w4"} <= set(table), table
+    assert {"none", "gptq_w4", "gptq_w4_mixed", "gptq_w8", "rtn_w4", "fp8"} <= set(table), table
     shutil.copytree(ROOT / "conf", tmp_path / "conf")
     monkeypatch.chdir(tmp_path)
     cfg = compose(["engine.port=0"])
@@ -78,7 +78,7 @@ def test_shipped_model_scores_the_readme_table(tiny_model_dir, tmp_path, monkeyp
                                "--output", str(out), "model=tiny", f"quant={preset}"],
                               cwd=ROOT, capture_output=True, text=True, timeout=1200)
         assert proc.returncode == 0, proc.stderr[-2000:]
-        cfg = compose(["engine.port=0", f"paths.quantized_model={out}", f"paths.reports=reports/{preset}"])
+        cfg = compose(["engine.port=0", f"quant={preset}", f"paths.quantized_model={out}", f"paths.reports=reports/{preset}"])
         summary = accuracy.run(cfg)
         assert summary["failed"] == 0, summary["warnings"]
         measured[preset] = (round(summary["ori_accuracy"], 2), summary["C"])

@@ -90,8 +90,8 @@ def test_run_name_shows_the_flag_two_sweep_trials_differ_in(monkeypatch):
 
     assert name() == "gptq_w4_mixed"
     assert name("quant=none", "engine=sglang") == "none · engine=sglang"
-    assert name("quant=none", "engine=sglang", "+engine.server_args.kv-cache-dtype=fp8_e4m3") == \
-        "none · engine=sglang, engine.server_args.kv-cache-dtype=fp8_e4m3"
+    assert name("quant=none", "engine=sglang", "+engine.server_args.kv-cache-dtype=auto") == \
+        "none · engine=sglang, engine.server_args.kv-cache-dtype=auto"
     assert name("engine=external", "engine.url=http://gpu-box:30000") == "gptq_w4_mixed · engine=external"  # incidental
     assert name("bench.rerun=compare-1a2b3c4d-A2") == "gptq_w4_mixed · rerun A2"  # compare --rerun: twins apart
     monkeypatch.setenv(TRIAL_LABEL_ENV, "engine.server_args.kv-cache-dtype=fp8_e4m3")  # a sweep trial: what its sweep varies

@@ -148,6 +148,8 @@ def _add_decide_commands(sub) -> None:
     p.add_argument("target", metavar="RUN", help="run id, DVC experiment name or best")
     p.add_argument("--against", help="submitted (default: decide.gate.against), best, or a run")
     p.add_argument("--min-gain", type=float, help="points of final to win beyond noise (default: decide.gate.min_gain)")
+    p.add_argument("--allow-long-answers", action="store_true",
+                   help="pass a run whose answers are longer than the unquantized run's (decide.lengths)")
     p.add_argument("--experiment", help="MLflow experiment (default: tracking.experiment)")
     p.add_argument("overrides", **hydra)
     p.set_defaults(run=_handler("soarlab.decide.gate:gate_cli"))

@@ -123,6 +123,18 @@ class TransformersEngine(ServedEngine):
 ServerArg = Union[bool, int, float, str, list[Union[int, float, str]], None]
 
 
+FlagValue = Union[bool, int, float, str, None]
+
+
+class KnownBad(Group):
+    """A combination of SGLang flags known to fail (soarlab.known_bad)."""
+    when: dict[str, list[FlagValue]]  # flag -> the values that make it (None: the flag unset)
+    unless: dict[str, FlagValue]  # flags that make it safe
+    why: str
+    source: str  # where the fact is recorded (RULES.md N, or a second-hand source)
+    secondhand: bool  # a warning naming the source, not a refusal
+
+
 class SGLangEngine(ServedEngine):
     name: Literal["sglang"]
     launcher: Launcher
@@ -133,6 +145,7 @@ class SGLangEngine(ServedEngine):
     jit_cache_dir: str | None  # where SGLang's JIT compilers keep what they build; null: their defaults
     enable_metrics: bool  # --enable-metrics at a local launch (bench samples GET /metrics)
     server_args: dict[str, ServerArg]
+    known_bad: list[KnownBad]
 
 
 class ExternalEngine(Group):
@@ -215,6 +228,17 @@ class Bootstrap(Group):
     confidence: Fraction
 
 
+class OfficialPass(Group):
+    questions: PositiveInt
+    max_tokens: PositiveInt
+    time_limit_s: Seconds
+
+
+class AfterLoad(Group):
+    questions: Count  # 0: off
+    varying_engines: list[str]
+
+
 class EvalGroup(Group):
     dataset: CorrectnessSource
     max_tokens: PositiveInt
@@ -229,6 +253,8 @@ class EvalGroup(Group):
     bootstrap: Bootstrap
     tasks: list[str]
     standard_limit: PositiveInt | None
+    official_pass: OfficialPass
+    after_load: AfterLoad
 
 
 # ---- spec ----
@@ -323,6 +349,11 @@ class DecideGate(Group):
     min_gain: float
 
 
+class DecideLengths(Group):
+    p95_growth_pct: Pause
+    at_cap_growth: Count
+
+
 class DecideLeaderboard(Group):
     plot: str
 
@@ -334,6 +365,7 @@ class DecideGroup(Group):
     gate: DecideGate
     incidental_params: list[str]
     leaderboard: DecideLeaderboard
+    lengths: DecideLengths
 
 
 class Paths(Group):
@@ -407,11 +439,14 @@ def _validated(model: type[Group], cfg, where: str, prefix: tuple = ()):
 
 def validate(cfg, where: str = "the config") -> SoarConfig:
     """The typed config; SoarError naming the first bad key (and how many more there are), or the
-    first speculative-decoding combination known to fail (soarlab.speculative.check)."""
+    first speculative-decoding combination or SGLang flag combination known to fail (soarlab.speculative.check,
+    soarlab.known_bad.check)."""
+    from soarlab import known_bad
     from soarlab.speculative import check
 
     typed = _validated(SoarConfig, cfg, where)
     check(typed)
+    known_bad.check(typed)
     return typed
 
 

@@ -44,6 +44,17 @@ class SoarChatCompletion(LocalChatCompletion):
         self.attempts = 1 + int(retries)
         self.backoff = float(retry_backoff_s)
         self.failures = 0
+        self.usage: dict[str, tuple[int, bool]] = {}  # answer text -> (generated tokens, stopped at the cap)
+
+    def parse_generations(self, outputs, **kwargs) -> list[str]:
+        """lm-eval's parse, and each answer's `usage.completion_tokens` and `finish_reason` where the server
+        gives them (soarlab.accuracy.lengths), keyed by the answer's text: lm-eval keeps only the text."""
+        texts = super().parse_generations(outputs, **kwargs)
+        for out, text in zip(outputs if isinstance(outputs, list) else [outputs], texts):
+            choices, usage = out.get("choices") or [], out.get("usage") or {}
+            if len(choices) == 1 and isinstance(usage.get("completion_tokens"), int) and isinstance(text, str):
+                self.usage[text] = (usage["completion_tokens"], choices[0].get("finish_reason") == "length")
+        return texts
 
     async def amodel_call(self, session, sem, messages, **kwargs):
         error: BaseException | None = None

@@ -72,12 +72,14 @@ def run_correctness(
 ) -> tuple[list[dict], dict]:
     """Generate for every row of `data_file` through lm-eval. Returns (predictions in file order, lm-eval metrics).
 
-    Each prediction is {"prediction": str, "failed": bool, "error": str|None}. Failed requests are kept.
+    Each prediction is {"prediction": str, "failed": bool, "error": str|None, "tokens": int|None, "capped":
+    bool} (soarlab.accuracy.lengths). Failed requests are kept.
     """
     import lm_eval
     from lm_eval.tasks import TaskManager
 
     from soarlab.accuracy.client import eos_stop_strings, parse_failed
+    from soarlab.accuracy.lengths import count_tokens
 
     _quiet_lm_eval()
     stop = eos_stop_strings(model_dir)
@@ -110,7 +112,9 @@ def run_correctness(
         for key, value in results["results"][CORRECTNESS_TASK].items()
         if isinstance(value, (int, float)) and not key.endswith("_stderr,none") and "," in key
     }
-    return predictions, {"metrics": metrics, "stop": stop, "gen_kwargs": correctness_gen_kwargs(eval_cfg, stop)}
+    source = count_tokens(predictions, lm.usage, model_dir, eval_cfg.max_tokens)
+    return predictions, {"metrics": metrics, "stop": stop, "gen_kwargs": correctness_gen_kwargs(eval_cfg, stop),
+                         "lengths_source": source}
 
 
 def _standard_task_manager():

@@ -191,6 +191,15 @@ def flat_metrics(summary: Mapping) -> dict[str, float]:
     }
     for task, values in summary["per_task"].items():
         flat[f"accuracy_{task}"] = values["accuracy"]
+    lengths = summary.get("lengths") or {}
+    for stat in ("p50", "p95", "max", "at_cap"):
+        if stat in lengths:
+            flat[f"length_{stat}"] = lengths[stat]
+    if (lengths.get("official_pass") or {}).get("estimated"):
+        flat["official_pass_estimate_s"] = lengths["official_pass"]["seconds"]
+    if "after_load" in summary:
+        flat["after_load_questions"] = summary["after_load"]["questions"]
+        flat["after_load_changed"] = summary["after_load"]["differ"]
     if "bootstrap" in summary:
         flat["ori_ci_low"] = summary["bootstrap"]["ori_low"]
         flat["ori_ci_high"] = summary["bootstrap"]["ori_high"]

@@ -10,6 +10,10 @@ stops early at an "EOS" after `eos_after` tokens. The final chunk carries `usage
 
 Faults: `fault(payload) -> None | "http500" | "drop" | "hang" | "short"`.
 
+Chat: with `chat(payload, n) -> (text, completion_tokens)` (n: the chat requests answered before this one), POST
+/v1/chat/completions answers as `transformers serve` and SGLang do without streaming: one choice, `usage`, and
+`finish_reason` "length" when the answer reached the request's `max_tokens` (else "stop").
+
 Prometheus: in sglang mode, GET /metrics serves SGLang's gauges in the Prometheus text format
 (running requests = requests in flight, queued 0, token usage and generation throughput
 `kv_cache_usage` / `gen_throughput`), as SGLang does with --enable-metrics; OpenAI mode has none
@@ -48,6 +52,7 @@ class Stats:
         self.requests = 0
         self.flushes = 0
         self.runs = 0  # GET /health calls under run_drift: runs started
+        self.chats = 0  # chat completions answered
         self.payloads: list[dict] = []
         self.handler_s = 0.0  # time spent inside request handlers (what the server itself costs)
         self.stop = asyncio.Event()  # set on shutdown: releases "hang" handlers
@@ -107,6 +112,7 @@ def make_app(
     run_drift: Sequence[float] = (),
     kv_cache_usage: float = 0.25,
     gen_throughput: float = 1000.0,
+    chat: Callable[[dict, int], tuple[str, int]] | None = None,
 ) -> web.Application:
     stats = stats or Stats()
     app = web.Application()
@@ -167,8 +173,21 @@ def make_app(
             delay[0] = token_delay_s * run_drift[(stats.runs - 1) % len(run_drift)]
         return web.Response(text="ok")
 
+    async def chat_completion(request: web.Request):
+        payload = await request.json()
+        stats.payloads.append(payload)
+        text, tokens = chat(payload, stats.chats)
+        stats.chats += 1
+        finish = "length" if tokens >= int(payload.get("max_tokens") or 16) else "stop"
+        return web.json_response({
+            "id": "lb", "object": "chat.completion", "model": model,
+            "choices": [{"index": 0, "finish_reason": finish, "message": {"role": "assistant", "content": text}}],
+            "usage": {"prompt_tokens": 0, "completion_tokens": tokens, "total_tokens": tokens}})
+
     app.router.add_get("/health", health)
     app.router.add_get("/stats", _stats_handler(stats))
+    if chat is not None:
+        app.router.add_post("/v1/chat/completions", chat_completion)
     _add_info_routes(app, api, model, stats, kv_cache_usage, gen_throughput)
     app.router.add_post("/generate" if api == "sglang" else "/v1/completions", generate)
     return app

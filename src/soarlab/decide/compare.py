@@ -24,6 +24,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
+from soarlab.decide.lengths import flag as length_flag
 from soarlab.decide.noise import NoiseRecord, log_interval, side
 from soarlab.decide.runs import RunRecord
 from soarlab.domain import LEVELS
@@ -157,6 +158,11 @@ def compare_cli(args) -> int:
     for d in result["levels"]:
         print(_describe(d))
     print(f"accuracy: {result['accuracy']}")
+    for name, run in (("A", a), ("B", b)):
+        p95, long_answers = run.metrics.get("accuracy.length_p95"), length_flag(run, runs, cfg.decide.lengths)
+        if p95 is not None:
+            print(f"answer lengths ({name}): p95 {p95:.0f} tokens, {run.metrics.get('accuracy.length_at_cap', 0):.0f} at the cap"
+                  + (f"; FLAGGED: {long_answers}" if long_answers else ""))
     for side, spec in result["speculative"].items():
         if spec:
             accept = ", ".join(f"{lvl} {v:.2f}" for lvl, v in spec["accept_length"].items() if v is not None)

@@ -3,7 +3,8 @@
 Passes (exit 0) only when the low end of RUN's predicted official final beats the reference's
 high end by more than `min_gain` (each interval holds the run-to-run noise of the machine's noise
 record, soarlab.decide.noise), and RUN's C is settled (its ori interval stays in one band) in
-the same or a better band than the reference's. The reference of `submitted` is the platform's own
+the same or a better band than the reference's, and its answers are not flagged as longer than the
+unquantized run's (soarlab.decide.lengths) unless --allow-long-answers. The reference of `submitted` is the platform's own
 figures (its final as recorded, else scored from its recorded durations and accuracy); of any
 other run, its prediction. Exit 1: it does not pass; 2: bad input. It always says why.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import sys
 
 from soarlab.decide.calibration import Calibration, Prediction, by_predicted_final, fit, predict
+from soarlab.decide.lengths import flag as length_flag
 from soarlab.schema import ScoreGroup
 from soarlab.tracking.tags import MACHINE_TAG
 from soarlab.decide.runs import RunRecord
@@ -77,6 +79,12 @@ def gate_cli(args) -> int:
             raise SoarError(f"reference run {ref.run_id[:8]} has no final", "pick a reference whose bench and accuracy stages succeeded")
         reference, c, what = ref_prediction.final, ref_prediction.C[1], f"the prediction of {ref.name} ({ref.run_id[:8]})"
     passed, reasons = decide(prediction, reference, c, min_gain)
+    long_answers = length_flag(run, runs, cfg.decide.lengths)
+    if long_answers:
+        allowed = args.allow_long_answers
+        passed = passed and allowed
+        reasons.append(f"{long_answers}: the official pass takes longer (RULES.md 4); "
+                       + ("allowed by --allow-long-answers" if allowed else "refused (--allow-long-answers to accept)"))
     record = calibration.noise.get(run.tags.get(MACHINE_TAG, ""))
     reasons.append(record.describe() + ": the run's duration noise" if record else
                    "no noise record for this machine: duration intervals hold only each run's repeats; "

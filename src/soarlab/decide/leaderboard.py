@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from soarlab.decide.calibration import Calibration, fit, predict
+from soarlab.decide.lengths import flag as length_flag
 from soarlab.schema import SoarConfig
 from soarlab.tracking.params import config_delta
 from soarlab.decide.runs import KIND_TAG, RunRecord
@@ -26,7 +27,7 @@ from soarlab.domain import LEVELS
 _NAME_CHARS = 48  # run names in the table; JSON and CSV keep them whole
 
 
-def _row(run: RunRecord, local, official) -> dict:
+def _row(run: RunRecord, local, official, long_answers: str | None) -> dict:
     row = {"run": run.name, "run_id": run.run_id, "experiment": run.tags.get("dvc.experiment", ""), "final": local.final[0] if local else None,
            "performance": local.performance if local else None,
            "normalized_accuracy": local.normalized_accuracy if local else None,
@@ -40,6 +41,7 @@ def _row(run: RunRecord, local, official) -> dict:
         row[f"{level}_speed"] = local.speeds[level][0] if local else None
         row[f"{level}_accept_length"] = run.metrics.get(f"bench.{level}_spec_accept_length")
     row["answers_changed_by_spec"] = run.metrics.get("lossless.answers_differ")
+    row["length_p95"], row["long_answers"] = run.metrics.get("accuracy.length_p95"), long_answers
     if official:
         row.update({"predicted_final": official.final[0], "predicted_final_low": official.final[1],
                     "predicted_final_high": official.final[2], "predicted_C": official.C[0]})
@@ -52,8 +54,8 @@ def rows(runs: list[RunRecord], calibration: Calibration, cfg: SoarConfig) -> li
     """One dict per run, best first: local figures, predictions, config difference from the best."""
     local = fit(runs, cfg, use_submissions=False)
     calibrated = calibration.submissions > 0
-    table = [(_row(run, predict(local, run, cfg.score), predict(calibration, run, cfg.score) if calibrated else None), run)
-             for run in runs]
+    table = [(_row(run, predict(local, run, cfg.score), predict(calibration, run, cfg.score) if calibrated else None,
+                   length_flag(run, runs, cfg.decide.lengths)), run) for run in runs]
     key = "predicted_final" if calibrated else "final"
     # Equal finals (e.g. all at C = 0) are ordered by speed.
     table.sort(key=lambda pair: (pair[0].get(key) is None, -(pair[0].get(key) or 0.0), -(pair[0]["performance"] or 0.0)))
@@ -82,6 +84,8 @@ def _display(row: dict) -> dict:
     if any(a is not None for a in accepts) or row["answers_changed_by_spec"] is not None:
         out["spec accept " + "/".join(LEVELS)] = "/".join(_cell(a) for a in accepts)
         out["answers changed"] = _cell(row["answers_changed_by_spec"])
+    if row["length_p95"] is not None:
+        out["answer p95"] = _cell(row["length_p95"]) + (" LONG" if row["long_answers"] else "")
     out["submitted"] = _cell(row["submitted"])
     out["differs from best"] = row["differs_from_best"] or ("(best)" if row["rank"] == 1 else "(same config)")
     return out
@@ -152,6 +156,9 @@ def leaderboard_cli(args) -> int:
     if runs.pruned:
         print(f"{len(runs.pruned)} pruned sweep trial(s) not ranked: stopped early, no full bench "
               "(the run's soarlab.pruned tag says why)", file=sys.stderr)
+    for row in table:
+        if row["long_answers"]:
+            print(f"soarlab: warning: #{row['rank']} {row['run_id'][:8]}: {row['long_answers']}", file=sys.stderr)
     for record in calibration.noise.values():
         print(record.describe(), file=sys.stderr)
     if not calibration.noise and runs:

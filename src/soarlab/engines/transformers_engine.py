@@ -29,12 +29,14 @@ def thread_env(cfg: SoarConfig) -> dict[str, str]:
 
 
 def build_command(cfg: SoarConfig, model_dir: Path, host: str, port: int) -> list[str]:
-    """The server command. Runs through soarlab.engines.transformers_serve (remote-code fix and speculative
-    decoding, see there), which takes SGLang's `--speculative-*` flags."""
+    """The server command. Runs through soarlab.engines.transformers_serve (remote-code fix, speculative
+    decoding and FP8 weights, see there), which takes SGLang's `--speculative-*` flags and `--quantization fp8`."""
     from soarlab import speculative
+    from soarlab.quant import fp8
 
+    weights = list(fp8.FLAG) if cfg.quant.serve_quantization == fp8.FLAG[1] else []  # emulated on the CPU
     return [sys.executable, "-m", "soarlab.engines.transformers_serve", "serve", str(model_dir),
-            "--host", host, "--port", str(port), *serve_flags(cfg),
+            "--host", host, "--port", str(port), *serve_flags(cfg), *weights,
             *speculative.server_flags(cfg.spec, Path(cfg.paths.draft_model).resolve())]
 
 

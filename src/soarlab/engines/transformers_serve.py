@@ -11,7 +11,8 @@ This launcher makes exactly that lookup resolve: when the forced model's archite
 in transformers and its `config.json` maps `AutoModelForCausalLM` to remote code, it binds the
 architecture name to a loader that goes through `AutoModelForCausalLM.from_pretrained` (which
 honours `trust_remote_code` and `auto_map`, the documented path for remote code). It also takes
-SGLang's `--speculative-*` flags and decodes speculatively as they ask (soarlab.engines.cpu_speculation).
+SGLang's `--speculative-*` flags and decodes speculatively as they ask (soarlab.engines.cpu_speculation), and
+SGLang's `--quantization fp8`, rounding the weights to FP8 at load as SGLang quantizes them (soarlab.quant.fp8).
 Everything else is the unmodified `transformers` CLI.
 """
 
@@ -22,6 +23,7 @@ import sys
 from pathlib import Path
 
 from soarlab.engines import cpu_speculation
+from soarlab.quant import fp8
 
 
 def _force_model(argv: list[str]) -> str | None:
@@ -80,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet.install()  # before transformers imports torch: the server log keeps only what matters
     argv = list(sys.argv[1:] if argv is None else argv)
     speculation = cpu_speculation.pop_flags(argv)
+    fp8_weights = fp8.pop_flag(argv)
     if "--trust-remote-code" in argv:
         model = _force_model(argv)
         if model:
@@ -89,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
 
             prepare(model)
             register_remote_architecture(model)
+            if fp8_weights:
+                fp8.install(model)
     if speculation is not None:  # after GPTQModel's import, which replaces the `transformers` module
         cpu_speculation.install(speculation)
     from transformers.cli.transformers import main as transformers_main

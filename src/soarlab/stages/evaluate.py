@@ -3,7 +3,8 @@
 Both need the quantized model served with the same engine config, and on a GPU a start costs 71-132 s
 (plus ~300 s of gptq_marlin JIT the first time), so they share one: `accuracy` (reports/accuracy/)
 runs first and `bench` (reports/bench/) after it, with its cache flushes and warm-up, on the same
-server, which stops when both are done or either fails. Accuracy comes first because it rules a
+server, which stops when both are done or either fails. After bench, accuracy adds the official pass's time at
+the measured speed and asks a sample of its questions again on the loaded server (stages/accuracy.after_bench). Accuracy comes first because it rules a
 trial out soonest in a pruning sweep (soarlab.pruning; docs/ARCHITECTURE.md, "Pruning"): there,
 its result and S1's first requests are reported, and a pruned trial's server stops at once.
 `soarlab stage bench` / `soarlab stage accuracy` still run one alone.
@@ -35,6 +36,7 @@ def run(cfg: SoarConfig) -> None:
             pruned = exc
         else:
             bench.run(cfg, server, checkpoints)
+            accuracy.after_bench(cfg, server)  # the official pass's time at this speed; the answers after load
     if pruned is not None:  # the server has stopped: the bench levels are not run
         with atomic_dir(Path(cfg.paths.reports) / "bench") as tmp:
             bench.write_pruned(tmp, pruned)

@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
+from soarlab.accuracy.answers import compare_answers
 from soarlab.tracking.params import incidental_key
 from soarlab.tracking.tags import ANSWERS_KEY_TAG, SPEC_TAG
 
@@ -35,14 +36,6 @@ def answers_key(flat_config: dict, incidental: Sequence[str], correctness_sha: s
 
 def _predictions(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def compare_answers(before: list[dict], after: list[dict]) -> dict:
-    """{"questions", "differ", "changed": [{"index", "task", "before", "after"}]} of two prediction lists
-    (predictions.jsonl rows, in dataset order)."""
-    changed = [{"index": i, "task": a.get("task"), "before": b.get("prediction"), "after": a.get("prediction")}
-               for i, (b, a) in enumerate(zip(before, after)) if b.get("prediction") != a.get("prediction")]
-    return {"questions": min(len(before), len(after)), "differ": len(changed), "changed": changed}
 
 
 def check(client, experiment_id: str, run_id: str, key: str, predictions: Path) -> dict:
