@@ -306,6 +306,7 @@ class PackageGroup(Group):
 class TrackingGroup(Group):
     uri: str | None
     experiment: str
+    lock_wait_s: Seconds
 
 
 # ---- decide ----

@@ -26,7 +26,7 @@ from soarlab.digest import content_digest
 from soarlab.errors import SoarError
 from soarlab.paths import project_root
 from soarlab.schema import SoarConfig
-from soarlab.tracking.store import STAMP_REPORT, store_stamp, tracking_uri
+from soarlab.tracking.store import STAMP_REPORT, check_store, store_stamp, tracking_uri
 
 
 def named_inputs(cfg: SoarConfig) -> dict[str, tuple[str, str | None]]:
@@ -68,6 +68,7 @@ def check_named_files(cfg: SoarConfig, root: Path) -> None:
 def run(cfg: SoarConfig) -> None:
     root = project_root()
     check_named_files(cfg, root)
+    check_store(cfg)  # a damaged store refused here, before reference and track remove their outputs
     for name, (param, named) in named_inputs(cfg).items():
         path = resolve(named, root)
         record = {"param": param, "path": None if named is None else str(named),

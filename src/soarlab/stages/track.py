@@ -25,12 +25,17 @@ from soarlab.tracking import lossless, memo
 from soarlab.tracking.durations import answer_reference_ahead
 from soarlab.tracking.pipeline_run import log_pipeline_run, rescore_run, run_with_inputs
 from soarlab.tracking.run_page import inputs_digest
-from soarlab.tracking.store import inputs_lock, open_store, sqlite_file, tracking_uri
+from soarlab.tracking.store import inputs_lock, open_store, sqlite_file, store_faults_named, tracking_uri
 from soarlab.tracking.tags import ANSWERS_KEY_TAG, run_context
 
 
 def run(cfg: SoarConfig, params_file: str | Path = "params.yaml") -> None:
     """`params_file`: the config file the stage was run with (`soarlab stage track --params FILE`)."""
+    with store_faults_named(cfg):
+        log_run(cfg, params_file)
+
+
+def log_run(cfg: SoarConfig, params_file: str | Path) -> None:
     root = project_root()
     reports, params_file = root / cfg.paths.reports, Path(params_file).resolve()  # as the CLI read it
     refuse_unmeasured(reports / "score.json")
