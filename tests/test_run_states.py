@@ -23,3 +23,16 @@ def test_compare_and_gate_name_a_failed_or_killed_run(tmp_path, status):
             done = soarlab_in(here, [*args, f"tracking.uri={uri}"], ok=(2,))
             line = done.stderr.strip().splitlines()[-1]
             assert line.startswith(f"soarlab: error: run {ref!r} is {status}: it has no result to compare. Fix: "), line
+
+
+def test_the_leaderboard_plot_goes_where_the_pipeline_artifacts_go(tmp_path, monkeypatch):
+    from soarlab.decide.leaderboard import log_plot
+
+    monkeypatch.chdir(tmp_path)  # MLflow's default artifact folder (./mlruns) would be made here
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client.create_experiment("soarlab", artifact_location=(tmp_path / "mlartifacts").as_uri())
+    plot = tmp_path / "pareto.png"
+    plot.write_bytes(b"png")
+    run_id = log_plot(client, "soarlab", None, plot)
+    assert (tmp_path / "mlartifacts" / run_id / "artifacts" / "leaderboard" / "pareto.png").read_bytes() == b"png"
+    assert not (tmp_path / "mlruns").exists()
