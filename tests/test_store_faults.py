@@ -15,6 +15,7 @@ import pytest
 
 from soarlab.atomic import write_json
 from soarlab.config import compose, to_yaml
+from soarlab.errors import short_path
 from soarlab.tracking.store import open_store
 
 from conftest import ROOT, soarlab_in
@@ -61,8 +62,8 @@ def test_a_damaged_store_is_named_with_its_fix_and_nothing_deleted(lab, damage, 
     for stage in ("inputs", "reference"):
         done = soarlab_in((root, env), ["stage", stage], ok=(2,))
         line = done.stderr.strip().splitlines()[-1]
-        assert line.startswith(ERROR + f"the MLflow store {db} {expected}"), line
-        assert "Fix: move it aside (`mv mlflow.db mlflow.db.bad`)" in line and "soarlab stage track" in line
+        assert line.startswith(ERROR + f"the MLflow store {short_path(db)} {expected}"), line
+        assert "Fix: move it aside: `mv mlflow.db mlflow.db.bad`;" in line and "soarlab stage track" in line
         assert len(line) <= 300
     assert {name: sha(root / name) for name in before} == before, "nothing deleted, nothing re-created"
 
@@ -85,7 +86,7 @@ def test_a_locked_store_is_waited_for_then_named_with_its_holder(lab):
     lines = done.stderr.strip().splitlines()
     assert lines[0].startswith(f"soarlab: mlflow.db is locked by {holder.pid} ({sys.executable} -c import sqlite3")
     assert lines[0].endswith("); waiting up to 2 s (tracking.lock_wait_s)") and len(lines[0]) <= 200
-    assert lines[-1].startswith(ERROR + f"the MLflow store {root / 'mlflow.db'} stayed locked by {holder.pid} (")
+    assert lines[-1].startswith(ERROR + f"the MLflow store {short_path(root / 'mlflow.db')} stayed locked by {holder.pid} (")
     assert lines[-1].endswith("for 2 s (tracking.lock_wait_s). Fix: let that process finish, or end it; then run again")
     assert sha(root / "reports" / "reference.json") == before
 
