@@ -172,11 +172,12 @@ def test_interrupted_sweep_resumes_without_redoing_finished_trials(project):
             break
     rest = proc.communicate(timeout=600)[0]
     assert proc.returncode != 0, "".join(seen) + rest
-    _, runs = children(dest, "resume")
-    assert len(runs) == 1
+    parent, runs = children(dest, "resume")
+    assert len(runs) == 1 and parent.info.status == "KILLED", "interrupted: not RUNNING until a resume"
     out = sweep(project, "--name", "resume", *SMALL, "engine.log_level=info,debug")
     assert out.count("finished earlier in this sweep; not run again") == 1 and out.count("[trial] ") == 2
-    _, runs = children(dest, "resume")
+    parent, runs = children(dest, "resume")
+    assert parent.info.status == "FINISHED"
     assert sorted(r.data.params["engine.log_level"] for r in runs) == ["debug", "info"]
 
 

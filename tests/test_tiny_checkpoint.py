@@ -40,7 +40,7 @@ def test_a_changed_checkpoint_is_refused_with_the_fix(tmp_path, change):
         (copy / "tokenizer.json").unlink()
     with pytest.raises(SoarError) as info:
         verify_checkpoint(copy)
-    assert {"edit": "model.safetensors do not match", "extra": "notes.txt", "missing": "tokenizer.json"}[change] in str(info.value)
+    assert {"edit": "model.safetensors fail their sha256", "extra": "notes.txt", "missing": "tokenizer.json"}[change] in str(info.value)
     assert "scripts/build_tiny_model.py" in str(info.value)
 
 

@@ -26,9 +26,14 @@ _PATH_CHARS = 80  # each path named in a line, so that the line stays readable (
 _LINE_CHARS = 300
 
 
-def _short(path) -> str:
+def short_path(path) -> str:
     text = os.fsdecode(path)
     return text if len(text) <= _PATH_CHARS else f"{text[:25]}...{text[-(_PATH_CHARS - 28):]}"
+
+
+def shorten(text: str, chars: int, rest_in: str) -> str:
+    """`text` cut to about `chars` characters, saying where the rest is: a printed line stays readable."""
+    return text if len(text) <= chars else f"{text[:chars].rstrip()}... (all of it in {rest_in})"
 
 
 def mount_point(path) -> Path:
@@ -57,7 +62,7 @@ def _full_disk(written) -> str:
         space = f" ({_size(st.f_bavail * st.f_frsize)} free of {_size(st.f_blocks * st.f_frsize)})"
     except OSError:
         space = ""
-    return f"'{_short(written)}' on the file system mounted at {_short(mount)}{space}"
+    return f"'{short_path(written)}' on the file system mounted at {short_path(mount)}{space}"
 
 
 def os_error_line(exc: OSError) -> str:
@@ -66,7 +71,7 @@ def os_error_line(exc: OSError) -> str:
     if exc.errno in _FULL and names:
         problem = f"{exc.strerror or exc} while writing {_full_disk(names[-1])}"  # a copy's destination
     else:
-        where = " ".join(f"'{_short(name)}'" for name in names)
+        where = " ".join(f"'{short_path(name)}'" for name in names)
         problem = f"{exc.strerror or exc}" + (f": {where}" if where else "")
     fix = _OS_ERROR_FIXES.get(exc.errno, "check that path and the machine's resources, or rerun with --debug")
     return f"{problem}. Fix: {fix}"

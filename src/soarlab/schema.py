@@ -166,6 +166,7 @@ class SpeedSetSource(Group):
     num_requests: PositiveInt
     seed: int
     path: str | None
+    max_line_bytes: PositiveInt
 
 
 class ProfileComponent(Group):
@@ -331,6 +332,7 @@ class PackageGroup(Group):
 class TrackingGroup(Group):
     uri: str | None
     experiment: str
+    lock_wait_s: Seconds
 
 
 # ---- decide ----
@@ -432,8 +434,7 @@ def _validated(model: type[Group], cfg, where: str, prefix: tuple = ()):
         more = f"; {len(errors) - 1} more problem(s)" if len(errors) > 1 else ""
         raise SoarError(
             f"config key {key} in {where}: {message}{got}{more}",
-            f"give {key} a valid value (conf/ or an override such as {key}=...), or remove it if unknown; "
-            "the types are in src/soarlab/schema.py",
+            f"give {key} a valid value (types: src/soarlab/schema.py), or remove it if unknown",
         ) from None
 
 

@@ -61,12 +61,14 @@ def prepare(dataset: str | Path, tokenizer, bench: BenchGroup) -> tuple[list, Sp
     """Read the speed set, build the requests in send order, and describe the set for the report."""
     from soarlab.bench.requests import build_requests
     from soarlab.datasets.soar import read_speed_set
+    from soarlab.datasets.speed import check_context, context_length
 
-    rows = read_speed_set(dataset)
+    rows = read_speed_set(dataset, bench.dataset.max_line_bytes)
     requests, dropped = build_requests(
         rows, tokenizer, seed=bench.seed, min_tokens=bench.min_tokens,
         apply_chat_template=bench.apply_chat_template,
     )
+    check_context(((r.line, r.prompt_len, r.output_len) for r in requests), context_length(tokenizer), dataset)
     if not requests:
         raise SoarError(
             f"every row of {dataset} is under {bench.min_tokens} tokens of prompt or output",

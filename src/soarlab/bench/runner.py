@@ -19,7 +19,7 @@ from soarlab.bench.metrics import PER_REQUEST, Diagnostics, Spread, check
 from soarlab.bench.requests import BenchRequest
 from soarlab.bench.server_metrics import Sampler, acceptance
 from soarlab.bench.results import LevelReport, Method, RunReport, ServerInfo, SpeedSetInfo, Warmup
-from soarlab.engines.server import Server
+from soarlab.engines.server import DEATH_WAIT_S, Server
 from soarlab.errors import SoarError
 from soarlab.schema import BenchGroup
 from soarlab.stopping import run_async
@@ -113,6 +113,8 @@ async def _timed_runs(server, client, session, requests, level, concurrency, ben
         if bar is not None:
             bar.close()
         runs.append((run, flush))
+        if not all(r.ok for r in run.records) and server.exit_reason(DEATH_WAIT_S):  # a dead server answers no repeat
+            return
 
 
 GENERATION_CONFIG_NOTE = (
@@ -158,6 +160,9 @@ def run_level(
                          on_request)
     )
     per_run, reasons = _judge_runs(runs, warmup)
+    died = server.exit_reason(DEATH_WAIT_S if reasons else 0.0)
+    if died:  # the cause of every failed request, named first
+        reasons.insert(0, died)
     durations = [r.duration_s for r in per_run]
     spread = Spread.of(durations)
     valid = bool(per_run) and not reasons

@@ -32,14 +32,18 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def iter_json_lines(path: str | Path, what: str = "dataset") -> Iterator[tuple[int, Any]]:
-    """(1-based line number, parsed JSON value) of each non-blank line; bad JSON raises naming the line."""
+def iter_json_lines(path: str | Path, what: str = "dataset", max_line_bytes: int | None = None) -> Iterator[tuple[int, Any]]:
+    """(1-based line number, parsed JSON value) of each non-blank line; bad JSON raises naming the line,
+    and so does a line over `max_line_bytes` (before it is parsed)."""
     path = Path(path)
     if not path.is_file():
         raise SoarError(f"{what} {path} not found", "give the path of a JSONL file")
     try:
         with path.open(encoding="utf-8") as fh:
             for number, line in enumerate(fh, start=1):
+                if max_line_bytes and len(line) * 4 > max_line_bytes and len(line.encode()) > max_line_bytes:
+                    raise SoarError(f"{path} line {number} is {len(line.encode()):,} bytes, over bench.dataset.max_line_bytes "
+                                    f"({max_line_bytes:,})", "shorten that request (the model's context bounds it)")
                 if not line.strip():
                     continue
                 try:
@@ -64,14 +68,15 @@ def _binary_kind(path: Path) -> str:
     return "it looks binary"
 
 
-def read_jsonl(path: str | Path, required_fields: Sequence[str | tuple[str, ...]] = ()) -> list[dict]:
+def read_jsonl(path: str | Path, required_fields: Sequence[str | tuple[str, ...]] = (),
+               max_line_bytes: int | None = None) -> list[dict]:
     """All rows of a JSONL file, each a dict with its 1-based `line` number under the key `_line`.
 
     Blank lines are skipped. A line that is not a JSON object, or lacks a required field
     (or all of a tuple's alternatives), raises SoarError naming the line. An empty file raises too.
     """
     rows: list[dict] = []
-    for number, row in iter_json_lines(path):
+    for number, row in iter_json_lines(path, max_line_bytes=max_line_bytes):
         if not isinstance(row, dict):
             raise SoarError(f"{path} line {number} is not a JSON object", "write one JSON object per line")
         for field in required_fields:
@@ -100,10 +105,10 @@ def prompt_of(row: dict) -> str:
     return value
 
 
-def read_speed_set(path: str | Path) -> list[dict]:
+def read_speed_set(path: str | Path, max_line_bytes: int | None = None) -> list[dict]:
     """Rows `{"prompt": str, "model_response": str, "line": int}` of a SOAR-format speed set, in file order."""
     rows = []
-    for row in read_jsonl(path, [PROMPT_FIELDS, RESPONSE_FIELD]):
+    for row in read_jsonl(path, [PROMPT_FIELDS, RESPONSE_FIELD], max_line_bytes):
         prompt, response = prompt_of(row), row[RESPONSE_FIELD]
         if not isinstance(prompt, str) or not isinstance(response, str):
             raise SoarError(

@@ -13,7 +13,11 @@ tokenizer, profile, count and seed give the same file.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import random
+from pathlib import Path
+from typing import Iterable
 
 from soarlab.corpus import CORPUS_PATH
 from soarlab.errors import SoarError
@@ -135,3 +139,34 @@ def make_speed_set_cli(args) -> int:
     n_out = sum(len(tokenizer.encode(r["model_response"])) for r in rows)
     print(f"wrote {len(rows)} requests to {args.output}: {n_in} input tokens, {n_out} output tokens")
     return 0
+
+
+def context_length(tokenizer) -> int | None:
+    """The model's context in tokens: max_position_embeddings of the config.json beside its tokenizer,
+    else the tokenizer's model_max_length (None: neither says; transformers' "unset" is a huge number)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        limit = json.loads((Path(tokenizer.name_or_path) / "config.json").read_text()).get("max_position_embeddings")
+        if isinstance(limit, int):
+            return limit
+    limit = getattr(tokenizer, "model_max_length", None)
+    return limit if isinstance(limit, int) and limit < 10**9 else None
+
+
+def check_context(lengths: Iterable[tuple[int, int, int]], limit: int | None, source) -> None:
+    """Refuse the first (line, prompt tokens, output tokens) whose prompt and output overflow `limit`:
+    the server would fail it, or spend the machine's memory trying."""
+    if limit is None:
+        return
+    for line, prompt, output in lengths:
+        if prompt + output > limit:
+            raise SoarError(f"{source} line {line}: prompt {prompt:,} + output {output:,} tokens exceed the model's "
+                            f"context of {limit:,} tokens", "shorten that request, or serve a model with a longer context")
+
+
+def check_profile_context(profile: dict, name: str, limit: int | None) -> None:
+    """A generated set's longest request (every component's longest input and output) within the context."""
+    longest = max(comp["input_tokens"][1] + comp["output_tokens"][1] for comp in profile["mix"])
+    if limit is not None and longest > limit:
+        raise SoarError(f"speed-set profile {name} asks for up to {longest:,} tokens a request, over the model's "
+                        f"context of {limit:,} tokens", "pick a profile within the context (bench.dataset.profile)")
+

@@ -129,7 +129,8 @@ def log_plot(client, experiment: str, sweep: str | None, plot: Path) -> str:
     run_id = next((r.info.run_id for r in parents if sweep in (r.info.run_id, r.data.tags.get(SWEEP_TAG))), None) if sweep else None
     if run_id is None:
         own = client.get_experiment_by_name(f"{experiment}-leaderboard")
-        own_id = own.experiment_id if own else client.create_experiment(f"{experiment}-leaderboard")
+        own_id = own.experiment_id if own else client.create_experiment(  # its artifacts where the pipeline's go
+            f"{experiment}-leaderboard", artifact_location=client.get_experiment(experiment_id).artifact_location)
         found = client.search_runs([own_id], filter_string=f"tags.`{KIND_TAG}` = 'leaderboard'", max_results=1)
         run_id = found[0].info.run_id if found else client.create_run(own_id, run_name="leaderboard", tags={
             KIND_TAG: "leaderboard", "mlflow.note.content": f"The latest `soarlab leaderboard` Pareto plot of {experiment}."}).info.run_id

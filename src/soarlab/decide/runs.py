@@ -103,6 +103,7 @@ class Runs(list):
     def __init__(self):
         super().__init__()
         self.pruned: list[RunRecord] = []
+        self.unfinished: list[tuple[RunRecord, str]] = []  # FAILED or KILLED runs, with that status
 
 
 def load_runs(cfg: SoarConfig, model: str | None = None, speed_set: str | None = None, sweep: str | None = None,
@@ -124,7 +125,9 @@ def load_runs(cfg: SoarConfig, model: str | None = None, speed_set: str | None =
         name = tags.get(CONFIG_NAME_TAG) or info.run_name or info.run_id[:8]
         record = RunRecord(info.run_id, name, info.start_time or 0, dict(tags),
                            dict(run.data.params), dict(run.data.metrics))
-        if run.data.metrics.get(PRUNED_METRIC) == 1.0:
+        if info.status in ("FAILED", "KILLED"):
+            runs.unfinished.append((record, info.status))
+        elif run.data.metrics.get(PRUNED_METRIC) == 1.0:
             runs.pruned.append(record)
         elif not tags.get(KIND_TAG) and "bench.S1_valid" in run.data.metrics:  # else a sweep's parent, the leaderboard's run
             runs.append(record)
@@ -143,10 +146,19 @@ def _refuse_pruned(ref: str, runs: Sequence[RunRecord]) -> None:
                         "name a trial that finished (soarlab leaderboard lists them)")
 
 
+def _refuse_unfinished(ref: str, runs: Sequence[RunRecord]) -> None:
+    """Say a run is FAILED or KILLED, rather than that no such run exists."""
+    for record, status in getattr(runs, "unfinished", []):
+        if (_RUN_ID.match(ref) and record.run_id.startswith(ref)) or record.tags.get("dvc.experiment") == ref:
+            raise SoarError(f"run {ref!r} is {status}: it has no result to compare",
+                            "name a finished run (soarlab leaderboard lists them); the MLflow UI shows why it failed")
+
+
 def resolve(ref: str, runs: Sequence[RunRecord], rank: Callable[[RunRecord], float | None]) -> RunRecord:
     """The run a user means by `ref`: a run id (or 8+ character prefix), a DVC experiment name, best, submitted."""
     if not runs:
         _refuse_pruned(ref, runs)
+        _refuse_unfinished(ref, runs)
         raise SoarError("no pipeline runs in this MLflow experiment", "run the pipeline first (dvc repro), or pick the experiment with --experiment")
     if ref == "best":
         ranked = [(rank(r), r) for r in runs if rank(r) is not None]
@@ -166,5 +178,6 @@ def resolve(ref: str, runs: Sequence[RunRecord], rank: Callable[[RunRecord], flo
         return by_exp[0]  # newest first
     if not by_id:
         _refuse_pruned(ref, runs)
+        _refuse_unfinished(ref, runs)
     what = f"{len(by_id)} runs start with {ref!r}" if by_id else f"no run {ref!r} in this experiment"
     raise SoarError(what, "give an MLflow run id (or 8+ of its first characters), a DVC experiment name (dvc exp show), best or submitted")

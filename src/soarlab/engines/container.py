@@ -121,12 +121,12 @@ def open_container(cfg: SoarConfig, log_path: Path) -> Iterator[Server]:
         try:
             with managed_server(argv, base_url=url, log_path=log_path, startup_timeout_s=ep.startup_timeout_s,
                                 stop_grace_s=ep.stop_grace_s, env=cli.env, name=f"container {name}", extra_stop=stop,
-                                lease=lease, container=[cli.name, name]):
+                                lease=lease, container=[cli.name, name]) as proc:
                 check_binds(cli, name, ep.host, lease.port)
                 yield Server(base_url=url, api="sglang" if spec.engine == "sglang" else "openai",
                              model=served_model_name(cfg, cfg.package.processed_model_dir) if spec.gpu
                              else cfg.package.processed_model_dir, supports_ignore_eos=spec.engine == "sglang",
-                             has_flush_cache=spec.engine == "sglang", log_path=Path(log_path))
+                             has_flush_cache=spec.engine == "sglang", log_path=Path(log_path), process=proc)
         finally:
             left = cli.containers(name)
             if left:

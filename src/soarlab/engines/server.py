@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import socket
+import subprocess
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
+
+from soarlab.errors import SoarError, short_path
+
+DEATH_WAIT_S = 3.0  # from a dead server's last closed socket to its exit status: milliseconds, even under load
 
 
 @dataclass
@@ -22,6 +29,8 @@ class Server:
     rejects unknown fields, so there exact lengths are asked with a `generation_config` JSON string
     instead (see conf/engine/transformers.yaml).
     has_flush_cache: None means "as the api says" (sglang has /flush_cache, openai servers do not).
+    process: the server's process where we started it (None: an external server), so that a server that
+    dies during a level is reported as dead (`exit_reason`), not as failed requests.
     """
 
     base_url: str
@@ -30,6 +39,7 @@ class Server:
     supports_ignore_eos: bool | None = None
     has_flush_cache: bool | None = None
     log_path: Path | None = None
+    process: subprocess.Popen | None = None
 
     def __post_init__(self) -> None:
         self.base_url = self.base_url.rstrip("/")
@@ -47,6 +57,46 @@ class Server:
             return False
         status, _ = http_request(f"{self.base_url}/flush_cache", method="POST", timeout=timeout_s)
         return status == 200
+
+
+    def exit_reason(self, wait_s: float = 0.0) -> str | None:
+        """Why the server's process is gone ("the server exited (signal 9, likely out of memory)");
+        None while it runs, or when it is not ours to watch. `wait_s`: how long to wait for a process
+        whose requests just failed: its sockets close before the kernel has it exited."""
+        if self.process is None:
+            return None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=wait_s)
+        code = self.process.poll()
+        return None if code is None else describe_exit(code)
+
+    @contextlib.contextmanager
+    def death_reported(self, during: str) -> Iterator[None]:
+        """A server that died in the block is the block's error: its requests' failures ("Cannot
+        connect", "connection dropped") are what a death looks like from outside, not the cause."""
+        try:
+            yield
+        except Exception:
+            self.raise_if_exited(during, wait_s=DEATH_WAIT_S)
+            raise
+        self.raise_if_exited(during)
+
+    def raise_if_exited(self, during: str, wait_s: float = 0.0) -> None:
+        reason = self.exit_reason(wait_s)
+        if reason is not None:
+            raise SoarError(f"{reason} during {during}; nothing after it was run; log: {short_path(self.log_path)}",
+                            "read the log's end; if out of memory, send shorter or fewer requests at once")
+
+
+def describe_exit(code: int) -> str:
+    """A server's exit status in words. A container CLI reports a signal as 128 + its number."""
+    signum = -code if code < 0 else code - 128 if code > 128 else None
+    if signum is None:
+        return f"the server exited with code {code}"
+    if signum == signal.SIGKILL:  # what the kernel's OOM killer sends
+        return f"the server exited (signal {signum}, likely out of memory)"
+    return f"the server exited (signal {signum}, {signal.Signals(signum).name})" if signum in signal.valid_signals() \
+        else f"the server exited with code {code}"
 
 
 def http_request(url: str, method: str = "GET", body: Any = None, *, timeout: float) -> tuple[int | None, str]:

@@ -162,8 +162,8 @@ def open_sglang(cfg: SoarConfig, model_dir: Path, log_path: Path) -> Iterator[Se
         build_command(cfg, model_dir, ep.host, lease.port), env=env,
         base_url=base_url(ep, lease.port), log_path=log_path, startup_timeout_s=ep.startup_timeout_s,
         stop_grace_s=ep.stop_grace_s, name="sglang server", lease=lease,
-    ):
+    ) as proc:
         yield Server(
             base_url=base_url(ep, lease.port), api="sglang", model=served_model_name(cfg, model_dir),
-            supports_ignore_eos=True, has_flush_cache=True, log_path=Path(log_path),
+            supports_ignore_eos=True, has_flush_cache=True, log_path=Path(log_path), process=proc,
         )

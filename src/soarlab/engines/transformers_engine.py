@@ -49,8 +49,8 @@ def open_transformers(cfg: SoarConfig, model_dir: Path, log_path: Path) -> Itera
         build_command(cfg, model_dir, ep.host, lease.port),
         base_url=base_url(ep, lease.port), log_path=log_path, startup_timeout_s=ep.startup_timeout_s,
         stop_grace_s=ep.stop_grace_s, env=env, name="transformers serve", lease=lease,
-    ):
+    ) as proc:
         yield Server(
             base_url=base_url(ep, lease.port), api="openai", model=str(model_dir), supports_ignore_eos=False,
-            has_flush_cache=False, log_path=Path(log_path),
+            has_flush_cache=False, log_path=Path(log_path), process=proc,
         )

@@ -19,9 +19,15 @@ def run_stage_cli(args) -> int:
     from soarlab.parent_death import stop_with_dvc
     from soarlab.tracking.stage_times import record_stage_time
 
+    from soarlab.errors import SoarError
+
     stop_with_dvc()  # a killed `dvc` stops its stage (and the stage's server) too
     module = importlib.import_module(f"soarlab.stages.{args.name.replace('-', '_')}")
-    cfg = load_params(args.params)  # validated (soarlab.schema): a bad engine.port fails every stage at once
+    try:
+        cfg = load_params(args.params)  # validated (soarlab.schema): a bad engine.port fails every stage at once
+    except SoarError as exc:  # `dvc repro -s STAGE` skips check-params: DVC has removed this stage's outputs
+        _say_how_to_restore(exc)
+        raise
     _remove_leftovers(cfg)
     start = time.time()
     try:
@@ -31,10 +37,37 @@ def run_stage_cli(args) -> int:
             module.run(cfg)
     except BaseException as exc:
         _keep_logs(Path(cfg.paths.reports) / "logs", exc)
+        _say_how_to_restore(exc)
         raise
     # The MLflow run's start and end are the pipeline's: track reads these times back.
     record_stage_time(Path(cfg.paths.reports), args.name, start, time.time())
     return 0
+
+
+def _say_how_to_restore(exc: BaseException) -> None:
+    """Under DVC, which removed the stage's cached outputs before running it: the error's fix ends with
+    the command that puts them back from DVC's cache."""
+    import os
+
+    from soarlab.errors import SoarError
+    from soarlab.parent_death import DVC_STAGE_ENV
+
+    stage = os.environ.get(DVC_STAGE_ENV)
+    if isinstance(exc, SoarError) and stage and _removes_outputs(stage):
+        exc.fix = f"{exc.fix}; then `dvc checkout {stage}` restores what DVC removed"
+        exc.args = (f"{exc.problem}. Fix: {exc.fix}",)
+
+
+def _removes_outputs(stage: str) -> bool:
+    """Whether DVC removes some output of `stage` before it runs: a cached one that is not `persist`."""
+    import yaml
+
+    from soarlab.paths import project_root
+
+    dvc_yaml = project_root() / "dvc.yaml"
+    outs = yaml.safe_load(dvc_yaml.read_text()).get("stages", {}).get(stage, {}).get("outs", []) if dvc_yaml.is_file() else []
+    options = [next(iter(out.values())) if isinstance(out, dict) else {} for out in outs]
+    return any(not o.get("persist") and o.get("cache", True) for o in options)
 
 
 def _keep_logs(logs: Path, exc: BaseException) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from soarlab.errors import SoarError
+from soarlab.errors import SoarError, shorten
 from soarlab.schema import SoarConfig
 
 
@@ -54,10 +54,12 @@ def run(cfg: SoarConfig, server=None, checkpoints=None) -> None:
             with contextlib.nullcontext(server) if server else \
                     open_engine(cfg, model_dir, Path(cfg.paths.reports) / "logs" / "bench-server.log") as server:
                 for level, concurrency in bench.levels.items():
-                    report, rows = run_level(server, requests, level, concurrency, bench, tokenizer, info,
-                                             on_request=checkpoints.on_request if checkpoints else None)
+                    with server.death_reported(f"bench level {level}"):
+                        report, rows = run_level(server, requests, level, concurrency, bench, tokenizer, info,
+                                                 on_request=checkpoints.on_request if checkpoints else None)
                     write_level(tmp, report, rows)
-                    state = f"{report.duration_s:.2f} s" if report.valid else "INVALID: " + " | ".join(report.invalid_reasons)
+                    state = f"{report.duration_s:.2f} s" if report.valid else \
+                        "INVALID: " + shorten(" | ".join(report.invalid_reasons), 120, f"reports/bench/{level}.json")
                     print(f"bench {level}: {state}")
                     for line in server_metrics_lines(report, said):
                         print(f"bench {line}")

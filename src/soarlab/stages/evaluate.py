@@ -29,7 +29,8 @@ def run(cfg: SoarConfig) -> None:
     model_dir = Path(cfg.paths.quantized_model)
     pruned = None
     with open_engine(cfg, model_dir, Path(cfg.paths.reports) / "logs" / "evaluate-server.log") as server:
-        summary = accuracy.run(cfg, server)
+        with server.death_reported("accuracy"):
+            summary = accuracy.run(cfg, server)
         try:
             checkpoints.accuracy(summary)
         except Pruned as exc:

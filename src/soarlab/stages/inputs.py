@@ -23,9 +23,10 @@ from pathlib import Path
 
 from soarlab.atomic import write_json
 from soarlab.digest import content_digest
+from soarlab.errors import SoarError
 from soarlab.paths import project_root
 from soarlab.schema import SoarConfig
-from soarlab.tracking.store import STAMP_REPORT, store_stamp, tracking_uri
+from soarlab.tracking.store import STAMP_REPORT, check_store, store_stamp, tracking_uri
 
 
 def named_inputs(cfg: SoarConfig) -> dict[str, tuple[str, str | None]]:
@@ -39,12 +40,37 @@ def named_inputs(cfg: SoarConfig) -> dict[str, tuple[str, str | None]]:
     }
 
 
+def resolve(named, root: Path) -> Path | None:
+    path = None if named is None else Path(str(named)).expanduser()
+    return root / path if path is not None and not path.is_absolute() else path  # the stages read from the root
+
+
+def check_named_files(cfg: SoarConfig, root: Path) -> None:
+    """Refuse here what the stage reading a file would refuse: DVC removes a stage's outputs before it
+    runs, and this stage runs before every reader, so a bad file stops the pipeline with them intact."""
+    from soarlab.datasets.correctness import read_correctness_set
+    from soarlab.datasets.soar import read_speed_set
+    from soarlab.hub import validate_model_dir
+    from soarlab.tiny import verify_checkpoint
+
+    readers = {"model": validate_model_dir, "correctness_set": read_correctness_set,
+               "speed_set": lambda path: read_speed_set(path, cfg.bench.dataset.max_line_bytes)}
+    for name, (param, named) in named_inputs(cfg).items():
+        path = resolve(named, root)
+        if path is not None and not path.exists():
+            raise SoarError(f"{param} names {named}, which does not exist", f"set {param} to an existing path")
+        if path is not None and name in readers:
+            readers[name](path)
+    if cfg.model.source == "embedded":  # the shipped checkpoint fetch-model installs, checked by sha256
+        verify_checkpoint()
+
+
 def run(cfg: SoarConfig) -> None:
     root = project_root()
+    check_named_files(cfg, root)
+    check_store(cfg)  # a damaged store refused here, before reference and track remove their outputs
     for name, (param, named) in named_inputs(cfg).items():
-        path = None if named is None else Path(str(named)).expanduser()
-        if path is not None and not path.is_absolute():
-            path = root / path  # the stages read relative paths from the project root
+        path = resolve(named, root)
         record = {"param": param, "path": None if named is None else str(named),
                   "sha256": None if path is None else content_digest(path)}
         write_json(root / cfg.paths.reports / "inputs" / f"{name}.json", record)

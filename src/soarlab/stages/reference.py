@@ -16,11 +16,13 @@ from soarlab.datasets.soar import file_sha256
 from soarlab.paths import project_root
 from soarlab.schema import SoarConfig
 from soarlab.tracking.durations import remembered_reference
+from soarlab.tracking.store import store_faults_named
 
 
 def run(cfg: SoarConfig) -> None:
     root = project_root()
-    result, remembered = remembered_reference(cfg, file_sha256(root / cfg.paths.data / "speed.jsonl"))
+    with store_faults_named(cfg):
+        result, remembered = remembered_reference(cfg, file_sha256(root / cfg.paths.data / "speed.jsonl"))
     write_json(root / cfg.paths.reports / "reference.json", result)
     how = "; remembered, the store unchanged since" if remembered else ""
     print(f"reference ({result['source']}, {result['runs']} run(s){how}): {result['durations']}")

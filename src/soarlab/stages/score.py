@@ -50,6 +50,10 @@ def run(cfg: SoarConfig) -> None:
     if invalid:
         # An invalid level is reported, never scored (RULES.md 2: failed or short requests).
         result = {**base, "valid": 0, "invalid_levels": invalid, "final": None}
+        if len(invalid) == len(LEVELS):  # nothing was measured: a failure, never a result to log
+            write_json(reports / "score.json", result)
+            raise SoarError("every bench level is invalid (their reasons: reports/bench/<level>.json); nothing to score",
+                            "fix what failed the requests (the server's log: reports/logs/), then `dvc repro`")
         print(f"score: levels {', '.join(invalid)} are invalid (see reports/bench); no score")
     else:
         best = best_durations(_read(reports / "reference.json"), durations)

@@ -12,24 +12,33 @@ is now (soarlab.tracking.durations), so that the next run's reference need not l
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 
 from soarlab import speculative
 from soarlab.datasets.soar import file_sha256
+from soarlab.domain import LEVELS
+from soarlab.errors import SoarError
 from soarlab.paths import project_root
 from soarlab.schema import SoarConfig
 from soarlab.tracking import lossless, memo
 from soarlab.tracking.durations import answer_reference_ahead
 from soarlab.tracking.pipeline_run import log_pipeline_run, rescore_run, run_with_inputs
 from soarlab.tracking.run_page import inputs_digest
-from soarlab.tracking.store import inputs_lock, open_store, sqlite_file, tracking_uri
+from soarlab.tracking.store import inputs_lock, open_store, sqlite_file, store_faults_named, tracking_uri
 from soarlab.tracking.tags import ANSWERS_KEY_TAG, run_context
 
 
 def run(cfg: SoarConfig, params_file: str | Path = "params.yaml") -> None:
     """`params_file`: the config file the stage was run with (`soarlab stage track --params FILE`)."""
+    with store_faults_named(cfg):
+        log_run(cfg, params_file)
+
+
+def log_run(cfg: SoarConfig, params_file: str | Path) -> None:
     root = project_root()
     reports, params_file = root / cfg.paths.reports, Path(params_file).resolve()  # as the CLI read it
+    refuse_unmeasured(reports / "score.json")
     digest = inputs_digest(reports, params_file, run_context())
     remembered = memo.recall(cfg, "track", digest)  # the store unchanged since, so its reference and score: MLflow need not load
     with contextlib.nullcontext() if remembered else inputs_lock(cfg):  # the check and the run it creates as one step
@@ -60,6 +69,14 @@ def run(cfg: SoarConfig, params_file: str | Path = "params.yaml") -> None:
     if speed_set_sha:  # what the next run's reference stage asks of the store just written
         answer_reference_ahead(cfg, speed_set_sha)
     memo.remember(cfg, "track", digest, run_id)
+
+
+def refuse_unmeasured(score_file: Path) -> None:
+    """A pipeline whose every level is invalid measured nothing: logged, it would read as a result."""
+    score = json.loads(score_file.read_text()) if score_file.is_file() else {}
+    if len(score.get("invalid_levels", [])) == len(LEVELS):
+        raise SoarError(f"{score_file} says every bench level is invalid: no run logged",
+                        "fix what failed the requests (reports/bench/<level>.json says what), then `dvc repro`")
 
 
 def check_lossless(cfg: SoarConfig, run_id: str, reports: Path) -> dict:

@@ -105,5 +105,23 @@ def sweep_cli(args) -> int:
     argv = add_overrides(argv, [f"hydra.sweep.dir={root / SWEEPS_DIR / name}",
                                 f"+hydra.job.env_set.{SWEEP_TRIAL_ENV['soarlab.sweep']}={name}"])
     sys.argv = ["soarlab sweep", *argv]
-    hydra.main(config_path=str(root / "conf"), config_name="sweep_app", version_base="1.3")(run_trial)()
+    try:
+        hydra.main(config_path=str(root / "conf"), config_name="sweep_app", version_base="1.3")(run_trial)()
+    except BaseException:  # Ctrl-C, SIGTERM, an error: the sweep did not finish
+        _mark_parent_killed(root, name, argv)
+        raise
     return 0
+
+
+def _mark_parent_killed(root, name: str, argv: list[str]) -> None:
+    """An interrupted sweep's MLflow parent run says KILLED, not RUNNING forever; a resume reopens it."""
+    import contextlib
+
+    from soarlab.config import compose
+    from soarlab.sweep.record import SweepRecord
+
+    with contextlib.suppress(Exception):  # what stopped the sweep is the error to show, not this
+        record = SweepRecord(compose([a for a in argv if a.startswith("tracking")], root=root), name)
+        parent = record.parent_id()
+        if parent and record.client.get_run(parent).info.status == "RUNNING":
+            record.client.set_terminated(parent, "KILLED")

@@ -16,8 +16,7 @@ MANIFEST = "SHA256SUMS"  # `sha256sum` format: "<hex>  <name>" per file, so `sha
 
 def _regenerate(folder: Path) -> str:
     flag = " --draft" if folder.name == DRAFT_DIR.name else ""
-    return (f"restore it with `git checkout src/soarlab/tiny/{folder.name}`, or regenerate it with "
-            f"`python scripts/build_tiny_model.py{flag}` (then measure the README's tables again)")
+    return f"`git checkout src/soarlab/tiny/{folder.name}` (or rebuild: `python scripts/build_tiny_model.py{flag}`)"
 
 
 def file_sha256(path: Path) -> str:
@@ -33,7 +32,7 @@ def write_manifest(folder: Path) -> Path:
 
 def verify_checkpoint(folder: Path = CHECKPOINT_DIR) -> list[str]:
     """The checkpoint's file names, each checked against SHA256SUMS; a missing, extra or changed file fails."""
-    manifest, what, fix = folder / MANIFEST, f"the embedded tiny {folder.name}", _regenerate(folder)
+    manifest, what, fix = folder / MANIFEST, f"the shipped tiny {folder.name}", _regenerate(folder)
     if not manifest.is_file():
         raise SoarError(f"{what} has no {manifest}", fix)
     expected = {}  # name -> sha256
@@ -46,7 +45,7 @@ def verify_checkpoint(folder: Path = CHECKPOINT_DIR) -> list[str]:
         raise SoarError(f"{what}'s files differ from {manifest}: {', '.join(diff)}", fix)
     changed = sorted(name for name, digest in expected.items() if file_sha256(folder / name) != digest)
     if changed:
-        raise SoarError(f"{what}'s {', '.join(changed)} do not match their sha256 in {manifest}", fix)
+        raise SoarError(f"{what}'s {', '.join(changed)} fail their sha256 ({MANIFEST})", fix)
     return sorted(expected)
 
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
+import time
 from pathlib import Path
 
+from soarlab.errors import SoarError, short_path
 from soarlab.paths import owning_project_root
 from soarlab.schema import SoarConfig
 
@@ -76,11 +80,109 @@ def inputs_lock(cfg: SoarConfig):
     return FileLock(path)
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every sqlite database file
+
+
+def _set_aside_fix(db: Path) -> str:
+    return f"move it aside: `mv {db.name} {db.name}.bad`; a run makes a new one (`soarlab stage track` logs the reports)"
+
+
+def check_store(cfg: SoarConfig) -> None:
+    """A local sqlite store that exists is a sound sqlite database, or a SoarError naming the file, what
+    is wrong and the fix (before MLflow fails on it with a bare DatabaseError, or migrates an empty file)."""
+    import sqlite3
+
+    db = sqlite_file(tracking_uri(cfg))
+    if db is None or not db.exists():
+        return
+    try:
+        with open(db, "rb") as fh:
+            head = fh.read(len(SQLITE_HEADER))
+        problem = "is empty (0 bytes)" if not head else None if head == SQLITE_HEADER else "is not an SQLite database"
+        if problem is None:
+            with contextlib.closing(sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=0)) as conn:
+                found = conn.execute("PRAGMA quick_check").fetchone()[0]
+            problem = None if found == "ok" else f"is damaged ({found[:80]})"
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc):
+            return  # a writer holds it: wait_for_store waits, where a write is coming
+        problem = f"cannot be read ({exc})"
+    except (sqlite3.DatabaseError, OSError) as exc:
+        problem = f"is damaged ({getattr(exc, 'strerror', None) or exc})"
+    if problem:
+        raise SoarError(f"the MLflow store {short_path(db)} {problem}", _set_aside_fix(db))
+
+
+def _holders(db: Path) -> list[str]:
+    """'pid (command)' of the other processes with `db` open (from /proc): who holds a lock."""
+    found = []
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        if fd_dir.parent.name == str(os.getpid()):
+            continue
+        with contextlib.suppress(OSError):
+            if any(os.readlink(fd) == str(db) for fd in fd_dir.iterdir()):
+                command = (fd_dir.parent / "cmdline").read_bytes().split(b"\0")
+                words = " ".join(c.decode(errors="replace") for c in command[:3]).split()  # one line, whatever it held
+                found.append(f"{fd_dir.parent.name} ({' '.join(words)[:60]})")
+    return found
+
+
+def wait_for_store(cfg: SoarConfig) -> None:
+    """Wait, at most `tracking.lock_wait_s` and saying so, while another process holds a local store's
+    write lock; then a SoarError naming the holders and their fix."""
+    import sqlite3
+
+    db = sqlite_file(tracking_uri(cfg))
+    if db is None or not db.exists():
+        return
+    limit, said = cfg.tracking.lock_wait_s, False
+    deadline = time.monotonic() + limit
+    while True:
+        try:
+            with contextlib.closing(sqlite3.connect(db, timeout=0, isolation_level=None)) as conn:
+                conn.execute("BEGIN IMMEDIATE")  # a writer's lock, given back at once
+                conn.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+        holders = ", ".join(_holders(db)) or "another process"
+        if time.monotonic() >= deadline:
+            raise SoarError(f"the MLflow store {short_path(db)} stayed locked by {holders} for {limit:g} s "
+                            "(tracking.lock_wait_s)", "let that process finish, or end it; then run again")
+        if not said:
+            print(f"soarlab: {db.name} is locked by {holders}; waiting up to {limit:g} s (tracking.lock_wait_s)",
+                  file=sys.stderr, flush=True)
+            said = True
+        time.sleep(0.5)
+
+
+@contextlib.contextmanager
+def store_faults_named(cfg: SoarConfig):
+    """MLflow's bare sqlite errors as one line naming the store: locked (a writer kept it past MLflow's own
+    wait) or damaged."""
+    try:
+        yield
+    except Exception as exc:  # MLflow wraps SQLAlchemy's errors in its own, so the text is what tells
+        db = sqlite_file(tracking_uri(cfg))
+        text = str(exc)
+        if db is None or isinstance(exc, SoarError):
+            raise
+        if "database is locked" in text:
+            raise SoarError(f"the MLflow store {short_path(db)} was locked by {', '.join(_holders(db)) or 'another process'}",
+                            "let that process finish, or end it; then run again") from None
+        if "file is not a database" in text or "malformed" in text:
+            raise SoarError(f"the MLflow store {short_path(db)} is damaged", _set_aside_fix(db)) from None
+        raise
+
+
 def open_store(cfg: SoarConfig):
     """(MlflowClient, experiment id) of `tracking.experiment`, created on first use."""
     import mlflow
 
     uri = tracking_uri(cfg)
+    check_store(cfg)
+    wait_for_store(cfg)
     mlflow.set_tracking_uri(uri)
     with _store_lock(uri):
         experiment = mlflow.get_experiment_by_name(cfg.tracking.experiment)
