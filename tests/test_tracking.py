@@ -94,9 +94,9 @@ def test_run_name_shows_the_flag_two_sweep_trials_differ_in(monkeypatch):
         "none · engine=sglang, engine.server_args.kv-cache-dtype=auto"
     assert name("engine=external", "engine.url=http://gpu-box:30000") == "gptq_w4_mixed · engine=external"  # incidental
     assert name("bench.rerun=compare-1a2b3c4d-A2") == "gptq_w4_mixed · rerun A2"  # compare --rerun: twins apart
-    monkeypatch.setenv(TRIAL_LABEL_ENV, "engine.server_args.kv-cache-dtype=fp8_e4m3")  # a sweep trial: what its sweep varies
-    assert name("quant=none", "engine=sglang", "+engine.server_args.kv-cache-dtype=fp8_e4m3") == \
-        "engine.server_args.kv-cache-dtype=fp8_e4m3"
+    monkeypatch.setenv(TRIAL_LABEL_ENV, "engine.server_args.chunked-prefill-size=4096")  # a sweep trial: what its sweep varies
+    assert name("quant=none", "engine=sglang", "engine.server_args.chunked-prefill-size=4096") == \
+        "engine.server_args.chunked-prefill-size=4096"
 
 
 @pytest.fixture
