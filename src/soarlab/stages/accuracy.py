@@ -55,6 +55,7 @@ def run(cfg: SoarConfig, server=None) -> dict:
     model_dir = root / cfg.paths.quantized_model
     out = root / cfg.paths.reports / "accuracy"
     out.mkdir(parents=True, exist_ok=True)
+    alone = server is None  # under `evaluate`, after_bench prints the lengths with the official pass's estimate
     with contextlib.nullcontext(server) if server else open_engine(cfg, model_dir, out / "server.log") as server:
         summary, records = evaluate(server, data_file, model_dir, cfg)
     write_jsonl(out / "predictions.jsonl", records)
@@ -65,7 +66,8 @@ def run(cfg: SoarConfig, server=None) -> dict:
     print(
         f"accuracy: ori {summary['ori_accuracy']:.2f}  normalized {summary['normalized_accuracy']:.2f}  C {summary['C']}"
     )
-    print(describe(summary["lengths"], None))
+    if alone:
+        print(describe(summary["lengths"], None))
     return summary
 
 
