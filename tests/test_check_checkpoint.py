@@ -11,6 +11,7 @@ from safetensors.torch import load_file, save_file
 
 from soarlab.config import compose
 from soarlab.quant.check import check_checkpoint
+from soarlab.quant.packing import PACK_BITS, unpack_cols
 
 # Each test here quantizes the tiny model with real GPTQModel (or takes a module fixture that does).
 pytestmark = pytest.mark.slow
@@ -83,9 +84,18 @@ def test_dynamic_rule_that_misses_the_fused_name(ckpt):
     assert_problem(ckpt, "self_attn.qkv_proj", "stored 8-bit", "builds it 4-bit")
 
 
-def test_zero_points_not_what_marlin_expects(ckpt):
-    from soarlab.quant.packing import pack_cols, unpack_cols
+def pack_cols(values: torch.Tensor, bits: int) -> torch.Tensor:
+    """Inverse of unpack_cols: writes deliberately broken zero points."""
+    per = PACK_BITS // bits
+    v = values.to(torch.int64).reshape(values.shape[0], -1, per)
+    out = torch.zeros(v.shape[:2], dtype=torch.int64)
+    for j in range(per):
+        out |= v[:, :, j] << (bits * j)
+    out &= 0xFFFFFFFF
+    return torch.where(out >= (1 << 31), out - (1 << 32), out).to(torch.int32)
 
+
+def test_zero_points_not_what_marlin_expects(ckpt):
     name = "model.layers.1.mlp.up_proj.qzeros"
 
     def f(t):  # v2-style zeros (8) written into a v1 checkpoint: the reported GPTQModel bug
@@ -95,8 +105,6 @@ def test_zero_points_not_what_marlin_expects(ckpt):
 
 
 def test_zero_points_of_8bit_modules(ckpt):
-    from soarlab.quant.packing import pack_cols, unpack_cols
-
     name = "model.layers.0.self_attn.q_proj.qzeros"
     edit_tensors(ckpt, lambda t: t.__setitem__(name, pack_cols(torch.zeros_like(unpack_cols(t[name], 8)), 8)))
     assert_problem(ckpt, "q_proj.qzeros", "expected all 127")

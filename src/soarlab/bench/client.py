@@ -331,7 +331,6 @@ class OpenAIClient(ApiClient):
 
 
 CLIENTS: dict[str, type[ApiClient]] = {c.api: c for c in (SGLangClient, OpenAIClient)}
-APIS = tuple(CLIENTS)
 
 
 def client_for(api: str, base_url: str, **kwargs) -> ApiClient:

@@ -32,17 +32,6 @@ def unpack_cols(packed: torch.Tensor, bits: int) -> torch.Tensor:
     return vals.reshape(packed.shape[0], -1)
 
 
-def pack_cols(values: torch.Tensor, bits: int) -> torch.Tensor:
-    """Inverse of unpack_cols (used by tests to write deliberately broken zero points)."""
-    per = PACK_BITS // bits
-    v = values.to(torch.int64).reshape(values.shape[0], -1, per)
-    out = torch.zeros(v.shape[:2], dtype=torch.int64)
-    for j in range(per):
-        out |= v[:, :, j] << (bits * j)
-    out &= 0xFFFFFFFF
-    return torch.where(out >= (1 << 31), out - (1 << 32), out).to(torch.int32)
-
-
 def dequantize(qweight, qzeros, scales, g_idx, bits: int, format_version: int = 1) -> torch.Tensor:
     """The float weight [out, in] a GPTQ layer stands for."""
     q = unpack_rows(qweight, bits).float()                  # [in, out]

@@ -36,12 +36,8 @@ def run(cfg: SoarConfig, server=None, checkpoints=None) -> None:
     from soarlab.bench.report import server_metrics_lines, write_level, write_summary
     from soarlab.bench.runner import run_level
     from soarlab.datasets.speed import load_tokenizer
+    from soarlab.engines import open_engine
     from soarlab.pruning import Pruned
-
-    try:
-        from soarlab.engines import open_engine
-    except ImportError as exc:
-        raise SoarError(f"the engines module is not available ({exc})", "install SOAR Lab fully (pip install -e .)") from None
 
     bench = cfg.bench
     dataset, model_dir = check_inputs(cfg)

@@ -16,21 +16,22 @@ from omegaconf import DictConfig, OmegaConf
 
 from soarlab.atomic import write_json
 from soarlab.pruning import END, PRUNE_ENV, REPORTS, SOAR_PRUNER, decision_path
+from soarlab.schema import SweepPruning
 
 JOURNAL = "pruning.journal"
 
 
-def pruner_config(cfg: DictConfig, hydra_cfg) -> DictConfig | None:
+def pruner_config(settings: SweepPruning, hydra_cfg) -> DictConfig | None:
     """The pruner a sweep asked for (`_target_` and arguments): the Optuna sweeper's `hydra.sweeper.pruner`,
     else with `sweep.prune` true `sweep.pruner`, or SOAR's rules where that is null; None: no pruning."""
     chosen = OmegaConf.select(hydra_cfg, "sweeper.pruner", default=None)
-    if chosen is None and cfg.sweep.prune:
-        chosen = cfg.sweep.pruner or OmegaConf.create({"_target_": SOAR_PRUNER, "slower_pct": cfg.sweep.slower_pct})
+    if chosen is None and settings.prune:
+        chosen = OmegaConf.create(settings.pruner or {"_target_": SOAR_PRUNER, "slower_pct": settings.slower_pct})
     return chosen
 
 
 class TrialPruning:
-    def __init__(self, sweep_dir: Path, sweep: str, pruner: DictConfig, settings: DictConfig, logs: Path, key: str):
+    def __init__(self, sweep_dir: Path, sweep: str, pruner: DictConfig, settings: SweepPruning, logs: Path, key: str):
         import optuna
         from hydra.utils import instantiate
         from optuna.storages import JournalStorage
@@ -44,8 +45,7 @@ class TrialPruning:
                                          pruner=self.pruner, load_if_exists=True)
         self.trial = self.study.ask()
         self.trial.set_user_attr("soarlab.trial", key)
-        self.settings = {"s1_fraction": float(settings.s1_fraction),
-                         "decision_timeout_s": float(settings.decision_timeout_s)}
+        self.settings = {"s1_fraction": settings.s1_fraction, "decision_timeout_s": settings.decision_timeout_s}
         self.logs, self.lines_read = logs, 0
         self.pruned: dict | None = None  # the report that was pruned, with its reason
         self.evaluate_s: float | None = None

@@ -204,7 +204,7 @@ def run_trial(cfg: DictConfig) -> float | PrunedTrial | None:
     DictConfig; what the trial reads is typed first, so a bad trial.*, sweep.* or pipeline key fails here,
     in one line, before any work."""
     trial = validate_trial(cfg.trial)
-    validate_sweep(cfg.sweep)
+    settings = validate_sweep(cfg.sweep)
     pipeline = validate(OmegaConf.masked_copy(cfg, list(SoarConfig.model_fields)), "the trial's config")
     hydra_cfg = HydraConfig.get()
     root = project_root(hydra_cfg.runtime.cwd)
@@ -221,8 +221,8 @@ def run_trial(cfg: DictConfig) -> float | PrunedTrial | None:
     out_dir = Path(hydra_cfg.runtime.output_dir)
     log_path, logs_dir = out_dir / "trial.log", out_dir / "logs"
     shutil.rmtree(logs_dir, ignore_errors=True)  # a resumed trial's earlier attempt's
-    pruner = pruner_config(cfg, hydra_cfg)
-    pruning = None if pruner is None else TrialPruning(Path(hydra_cfg.sweep.dir), sweep, pruner, cfg.sweep, logs_dir, key)
+    pruner = pruner_config(settings, hydra_cfg)
+    pruning = None if pruner is None else TrialPruning(Path(hydra_cfg.sweep.dir), sweep, pruner, settings, logs_dir, key)
     started = time.time()
     with open(log_path, "a") as log, quantize_once(root, pipeline) as quantized, \
             gpu_lease(Path(trial.jit_cache_dir).expanduser()) as lease:
