@@ -228,7 +228,7 @@ def _best_overrides(lab):
 def test_record_submission_round_trips_and_predictions_follow_the_ratio(lab):
     figures = {L: _local(lab, "slow", L) * RATIOS_1[L] for L in RATIOS_1}
     proc = _soarlab(["record-submission", "slow", "--S1", repr(figures["S1"]), "--S8", repr(figures["S8"]),
-                     "--Smax", repr(figures["Smax"]), "--accuracy", "60", "--final", "50", "--note", "first try",
+                     "--Smax", repr(figures["Smax"]), "--accuracy", "75", "--final", "50", "--note", "first try",
                      *_best_overrides(lab)], lab)
     assert "S8 takes" in proc.stderr and "Smax takes" in proc.stderr and "inverted" in proc.stderr
     assert "S1 takes" not in proc.stderr and "bench.dataset.profile" in proc.stderr
@@ -236,12 +236,13 @@ def test_record_submission_round_trips_and_predictions_follow_the_ratio(lab):
     slow = client.get_run(lab["runs"]["slow"].info.run_id)
     assert slow.data.tags["soarlab.submitted"] == "true" and slow.data.tags["soarlab.submission.note"] == "first try"
     assert slow.data.metrics["official.S8_duration_s"] == pytest.approx(figures["S8"], rel=1e-12)
-    assert slow.data.metrics["official.ori_accuracy"] == 60 and slow.data.metrics["official.final"] == 50
+    assert slow.data.metrics["official.ori_accuracy"] == 75 and slow.data.metrics["official.final"] == 50
     fast = client.get_run(lab["runs"]["fast1"].info.run_id).data.metrics
     for level, ratio in RATIOS_1.items():  # predicted = local x (official / local of the submitted run)
         assert fast[f"predicted.{level}_duration_s"] == pytest.approx(fast[f"bench.{level}_duration_s"] * ratio, rel=1e-9)
         assert fast[f"predicted.{level}_duration_s_low"] < fast[f"predicted.{level}_duration_s"] < fast[f"predicted.{level}_duration_s_high"]
-    assert fast["predicted.ori_accuracy"] == 60 and fast["predicted.C"] == 1.0  # 0 locally + offset 60 - 0
+    # 0 locally + offset 75 - 0, above the tiny model's baseline: C = 1
+    assert fast["predicted.ori_accuracy"] == 75 and fast["predicted.C"] == 1.0
     board = _json(["leaderboard", "--no-plot", "--format", "json", *_best_overrides(lab)], lab)
     assert all(r["predicted_final_low"] <= r["predicted_final"] <= r["predicted_final_high"] for r in board)
     assert next(r for r in board if r["run_id"] == slow.info.run_id)["submitted"] == 50.0
@@ -263,13 +264,13 @@ def test_two_submissions_fit_the_geometric_mean_ratio(lab):
 
     figures = {L: _local(lab, "fast2", L) * RATIOS_2[L] for L in RATIOS_2}
     _soarlab(["record-submission", "fast2", *[x for L in RATIOS_2 for x in (f"--{L}", repr(figures[L]))],
-              "--accuracy", "70"], lab)
+              "--accuracy", "85"], lab)
     dest = lab["project"][0]
     cfg = compose([f"tracking.uri=sqlite:///{dest / 'mlflow.db'}"], root=dest)
     calibration = fit(load_runs(cfg)[2], cfg)
     assert calibration.submissions == 2
     assert {L: round(f.ratio, 9) for L, f in calibration.levels.items()} == {"S1": 10.0, "S8": 52.0, "Smax": 156.0}
-    assert calibration.offset == pytest.approx(65.0)  # mean of 60 - 0 and 70 - 0
+    assert calibration.offset == pytest.approx(80.0)  # mean of 75 - 0 and 85 - 0
     low, high = calibration.levels["S1"].interval  # log ratios ln 5, ln 20: mean ln 10, se ln 2 (sd ln4/sqrt2, n 2)
     assert math.log(high / 10.0) == pytest.approx(12.7062047 * math.log(2), rel=1e-6)  # t(0.975, 1 df) = 12.706
     assert low == pytest.approx(100.0 / high)

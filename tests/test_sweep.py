@@ -146,7 +146,7 @@ def test_failed_trial_is_recorded_and_the_sweep_finishes(project):
     # by the failure's fix, and an artifact of its MLflow run.
     kept = next((dest / "sweeps" / "fails").glob("*/logs/evaluate-server.log"))
     assert "--no-such-flag" in kept.read_text()
-    assert f"read {kept}" in failed[0].data.tags["soarlab.failure"] and f"read {kept}" in out
+    assert f"read {kept}" in failed[0].data.tags["soarlab.failure"] and f"in full: {kept.parent.parent}" in out
     client = mlflow.MlflowClient(f"sqlite:///{dest / 'mlflow.db'}")
     artifacts = {a.path for a in client.list_artifacts(failed[0].info.run_id, "logs")}
     assert {"logs/evaluate-server.log", "logs/trial.log"} <= artifacts

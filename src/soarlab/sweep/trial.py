@@ -258,6 +258,8 @@ def run_trial(cfg: DictConfig) -> float | PrunedTrial | None:
         if speed_set_sha:
             answer_reference_ahead(pipeline, speed_set_sha)
     print(f"[trial] {result.line(varies)}", flush=True)
+    if result.failure is not None:  # the line is cut to fit a terminal: where the whole story is
+        print(f"[trial] its error and logs in full: {out_dir}", flush=True)
     return PrunedTrial(result.pruned) if result.pruned is not None else result.objective
 
 
