@@ -17,7 +17,8 @@ import copy
 import threading
 from dataclasses import dataclass
 
-ALGORITHMS = ("STANDALONE", "NGRAM")
+from soarlab.speculative import CPU_ALGORITHMS
+
 FLAGS = {"--speculative-algorithm": "algorithm", "--speculative-draft-model-path": "draft_path",
          "--speculative-num-steps": "num_steps", "--speculative-eagle-topk": "eagle_topk",
          "--speculative-num-draft-tokens": "num_draft_tokens"}
@@ -48,9 +49,9 @@ def pop_flags(argv: list[str]) -> Speculation | None:
     if not found:
         return None
     algorithm = found.pop("algorithm", None)
-    if algorithm not in ALGORITHMS:
+    if algorithm not in CPU_ALGORITHMS:
         raise SystemExit(f"transformers_serve: --speculative-algorithm {algorithm} is not offered on the CPU engine "
-                         f"(use one of {', '.join(ALGORITHMS)})")
+                         f"(use one of {', '.join(CPU_ALGORITHMS)})")
     if algorithm == "STANDALONE" and not found.get("draft_path"):
         raise SystemExit("transformers_serve: --speculative-algorithm STANDALONE needs --speculative-draft-model-path")
     numbers = {k: int(v) for k, v in found.items() if k != "draft_path"}
