@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def pytest_xdist_auto_num_workers(config) -> int | None:
     """`-n auto`: one and a half workers per core (at least 2; `--maxprocesses` caps it). The pipeline tests
     spend about a third of their time waiting (loopback servers' per-token delays, server starts, Podman),
-    so a worker beyond the cores keeps them busy: on 2 cores, 3 workers ran the suite in 776 s against 804 s
+    so a worker beyond the cores keeps them busy: on 2 cores, 3 workers ran the suite in 709 s against 731 s
     with 4 (docs/PERFORMANCE.md, "Test suite"). With PYTEST_XDIST_AUTO_NUM_WORKERS set, xdist's own hook
     reads it."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
