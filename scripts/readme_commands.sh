@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Print the README's two commands, one per line, as its "## The two commands" section holds them
-# (indented by four spaces): newcomer.sh and bench_suite.py run what the README says.
+# (indented by four spaces): newcomer.sh and bench/bench_suite.py run what the README says.
 set -euo pipefail
 readme="$(dirname "$0")/../README.md"
 commands=$(awk '/^## The two commands/{on=1; next} /^## /{on=0} on && /^    [^ ]/{sub(/^    /, ""); print}' "$readme")

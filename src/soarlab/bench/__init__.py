@@ -6,6 +6,6 @@
 - `metrics.py`: the metric table (each figure once, with unit and definition), diagnostics, flat keys
 - `results.py`: typed level reports; comparing two of them against their run-to-run spread
 - `report.py`: reports/bench/<level>.json, per-request JSONL, metrics.json, the plot, the printout
-- `loopback.py`: a local streaming server (tests, scripts/bench_client.py)
+- `loopback.py`: a local streaming server (tests, scripts/bench/bench_client.py)
 - `cli.py`: `soarlab bench`
 """

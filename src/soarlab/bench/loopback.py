@@ -1,6 +1,6 @@
 """A local streaming LLM server that answers at once: SGLang native (/generate) or OpenAI (/v1/completions).
 
-Used by the tests (faults on demand, in-flight counting) and by scripts/bench_client.py (client
+Used by the tests (faults on demand, in-flight counting) and by scripts/bench/bench_client.py (client
 overhead). It generates no text worth reading: token i is the word "tok". Token counts follow
 the request exactly (`max_new_tokens` / `max_tokens`), as a server honouring ignore_eos does.
 
@@ -23,7 +23,7 @@ Drift between runs: with `run_drift` (factors), each GET /health (what every run
 sends first, as it would after a server start) moves the token delay to `token_delay_s` times the
 next factor (cycling): a controlled, deterministic run-to-run noise for the tests of `compare`.
 
-Run standalone (scripts/bench_client.py does): `python -m soarlab.bench.loopback --api sglang --port 0`
+Run standalone (scripts/bench/bench_client.py does): `python -m soarlab.bench.loopback --api sglang --port 0`
 prints `PORT <n>` once listening.
 """
 

@@ -3,7 +3,7 @@
 Each sweep runs in a fresh project copy (no outputs, no DVC run cache shared between them). Reported per
 sweep: the whole sweep's wall time, the time until its best trial had finished (both sweeps must pick
 the same best; the script says so when they differ), and the trials pruned. Run from the project root:
-`python scripts/bench_pruning.py [--space OVERRIDE ...]` (default: SPACE, 3 trials).
+`python scripts/bench/bench_pruning.py [--space OVERRIDE ...]` (default: SPACE, 3 trials).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import mlflow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 from conftest import make_fresh_project  # noqa: E402  (the tests' project-copy helper: a git repo, no outputs)
 

@@ -10,7 +10,7 @@
 3. the start probe of `soarlab bench --url` against the same silent socket, bounded by
    bench.connect_timeout_s.
 
-    .venv/bin/python scripts/bench_reliability.py [--repeats 3] [--parts kill,dvc,hung,probe]
+    .venv/bin/python scripts/bench/bench_reliability.py [--repeats 3] [--parts kill,dvc,hung,probe]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 

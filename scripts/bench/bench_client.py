@@ -29,7 +29,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "scripts" / "gpu")]
 import official  # noqa: E402  (scripts/gpu/official.py: the one runner of sglang.bench_serving)
 
@@ -189,7 +189,7 @@ def main() -> None:
     runs = lambda xs, spec=".3f": " / ".join(fmt(x, spec) for x in xs)  # noqa: E731
     cpu = platform.processor() or platform.machine()
     print("\n## Benchmark client\n")
-    print(f"Command: `python scripts/bench_client.py --requests {args.requests} --output-tokens {args.output_tokens} "
+    print(f"Command: `python scripts/bench/bench_client.py --requests {args.requests} --output-tokens {args.output_tokens} "
           f"--rounds {args.rounds} --official-python {args.official_python}`  ")
     print(f"Machine: {os.cpu_count()} CPU cores ({cpu}), Python {platform.python_version()}, "
           f"both clients and the loopback server on the same cores (server in its own process)  ")

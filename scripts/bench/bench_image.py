@@ -1,6 +1,6 @@
 """Measure the CPU serving image: cold base + build, cached rebuild, image size, start-to-healthy.
 
-    . .venv/bin/activate && python scripts/bench_image.py [--keep]
+    . .venv/bin/activate && python scripts/bench/bench_image.py [--keep]
 
 Runs in the project (needs models/base: `dvc repro fetch-model`), under image tags of its own, which
 it removes first (a clean state) and at the end (unless --keep). Prints one JSON object; the numbers
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BASE, TAG = "localhost/soarlab-bench-base:1", "localhost/soarlab-bench-cpu:1"
 
 

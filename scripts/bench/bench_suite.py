@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Time the README's test command on fresh clones, several full runs in a row, with pass counts and the slowest tests.
 
-    python3 scripts/bench_suite.py --rev HEAD --runs 3
+    python3 scripts/bench/bench_suite.py --rev HEAD --runs 3
 
 Each run clones the revision into a temporary folder and runs the README's test command there, as a
 newcomer or CI does on a clean clone (its set-up makes the clone's own .venv; system packages and pip's
 cache are the machine's). Prints one line per run as it ends and, at the end, a table of the runs and
-the ten slowest tests of the last one, and the CPU seconds per test file of the last one (scripts/pytest_cpu.py,
+the ten slowest tests of the last one, and the CPU seconds per test file of the last one (scripts/bench/pytest_cpu.py,
 loaded through PYTEST_ADDOPTS from a folder that holds it alone). Each run's log is kept (its path is
 printed) and the clones are removed. Exits 1 when a run had a failure or an error.
 """
@@ -23,8 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import revision  # scripts/: the clone of a revision
+import revision  # scripts/bench/: the clone of a revision
 from revision import ROOT
+
+HERE = Path(__file__).resolve().parent
 SUMMARY = re.compile(r"^=+ (?P<counts>.*?) in (?P<seconds>[\d.]+)s")
 DURATION = re.compile(r"^(?P<seconds>[\d.]+)s (?P<when>setup|call|teardown) +(?P<test>\S+)")
 
@@ -49,7 +51,7 @@ def one_run(rev: str, command: str, logs: Path, index: int) -> dict:
         log = logs / f"run{index}-{commit}.log"
         plugin = Path(tmp) / "plugin"
         plugin.mkdir()
-        shutil.copy(ROOT / "scripts" / "pytest_cpu.py", plugin)
+        shutil.copy(HERE / "pytest_cpu.py", plugin)
         env = {**os.environ, "PYTHONPATH": str(plugin), "PYTEST_ADDOPTS": "-p pytest_cpu",
                "PYTEST_CPU_DIR": str(logs / f"run{index}-cpu")}
         t0 = time.perf_counter()
@@ -88,7 +90,7 @@ def main() -> None:
     for row in runs[-1]["slowest"]:
         print(f"| {row['seconds']} | {row['when']} | {row['test']} |")
     print("\nCPU seconds per test file of the last run:\n", flush=True)
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "pytest_cpu.py"), str(logs / f"run{len(runs)}-cpu")])
+    subprocess.run([sys.executable, str(HERE / "pytest_cpu.py"), str(logs / f"run{len(runs)}-cpu")])
     sys.exit(0 if all(r["exit"] == 0 for r in runs) else 1)
 
 

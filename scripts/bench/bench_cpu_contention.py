@@ -2,7 +2,7 @@
 """Two CPU pipelines at once: the tiny default's evaluate stage alone and two side by side, at one or
 more git revisions (docs/PERFORMANCE.md, "CPU contention").
 
-    . .venv/bin/activate && python scripts/bench_cpu_contention.py --rev c57b0e1 --rev HEAD
+    . .venv/bin/activate && python scripts/bench/bench_cpu_contention.py --rev c57b0e1 --rev HEAD
 
 Per revision: a clone, run with its own source (PYTHONPATH) under this environment's packages, built
 up to evaluate (`dvc repro evaluate`: the default preset quantized and packaged) and copied once. Then
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import revision  # scripts/: the clone of a revision and its environment
+import revision  # scripts/bench/: the clone of a revision and its environment
 
 
 def start(project: Path, env: dict) -> tuple[subprocess.Popen, float]:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Time `bash scripts/setup.sh` on fresh clones of revisions, alternated, then a second run in the same clone.
 
-    python3 scripts/bench_setup.py --rev HEAD~1 --rev HEAD --runs 2
+    python3 scripts/bench/bench_setup.py --rev HEAD~1 --rev HEAD --runs 2
 
 Each round clones every revision (in the order given) into a temporary folder and times its set-up from
 nothing (a new .venv; system packages and pip's cache are the machine's), then the same command again
@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import revision  # scripts/: the clone of a revision
+import revision  # scripts/bench/: the clone of a revision
 
 
 def timed_setup(clone: Path, what: str) -> tuple[float, float]:

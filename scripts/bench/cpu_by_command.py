@@ -1,8 +1,8 @@
 """CPU seconds by kind of process while a command runs: which programs a test suite or a pipeline run
 spends its CPU in (docs/PERFORMANCE.md, "Where the suite's CPU goes").
 
-    python scripts/cpu_by_command.py -- .venv/bin/pytest
-    python scripts/cpu_by_command.py --top 15 -- dvc exp run -S quant=none
+    python scripts/bench/cpu_by_command.py -- .venv/bin/pytest
+    python scripts/bench/cpu_by_command.py --top 15 -- dvc exp run -S quant=none
 
 Samples /proc every 0.1 s and keeps, per process, the last user + system time seen before it exits; a
 process that starts and ends between two samples is missed (such a process is cheap). A process that

@@ -9,7 +9,7 @@ interleaved A B A B. Each pair is judged by soarlab.decide.compare three ways:
 - noise record: one run per side, the between-run CV pooled from the other pairs' runs;
 - reruns: all runs per side, run means as samples (`compare A B --rerun N`).
 
-    .venv/bin/python scripts/bench_compare_noise.py [--pairs 10] [--reruns 3] [--delay-s 0.003]
+    .venv/bin/python scripts/bench/bench_compare_noise.py [--pairs 10] [--reruns 3] [--delay-s 0.003]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 

@@ -1,6 +1,6 @@
 """Time every quantization preset on the tiny model (CPU). Never run inside a timed test.
 
-    python scripts/bench_quantize.py [--presets gptq_w4,gptq_w4_mixed,...] [--repeats 3] [--output FILE]
+    python scripts/bench/bench_quantize.py [--presets gptq_w4,gptq_w4_mixed,...] [--repeats 3] [--output FILE]
 
 Builds the tiny model (untrained: the timing does not depend on the weights' values), runs one
 untimed warm-up (GPTQModel JIT-compiles its CPU packing extension on first use), then each preset
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def main() -> int:

@@ -3,8 +3,8 @@
 --temp` that re-runs evaluate and every stage after it, as each `soarlab compare --rerun` and each
 serving-only sweep trial does (docs/PERFORMANCE.md, "A pipeline run's own cost").
 
-    . .venv/bin/activate && python scripts/bench_exp_run.py --rev 37ff0ae --rev HEAD --repeats 3 --pure-yaml
-    . .venv/bin/activate && python scripts/bench_exp_run.py --rev HEAD --repeats 4 --stage-code-only
+    . .venv/bin/activate && python scripts/bench/bench_exp_run.py --rev 37ff0ae --rev HEAD --repeats 3 --pure-yaml
+    . .venv/bin/activate && python scripts/bench/bench_exp_run.py --rev HEAD --repeats 4 --stage-code-only
 
 A loopback server (soarlab.bench.loopback) answers at once, so the seconds are DVC's, the stages'
 processes' and the bench client's own. Per revision: a clone run with its own source (PYTHONPATH) under
@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import revision  # scripts/: the clone of a revision and its environment
+import revision  # scripts/bench/: the clone of a revision and its environment
 
 PIPELINE = ["-S", "quant=none", "-S", "engine=external", "-S", "bench.pause_after_flush_s=0",
             "-S", "eval.retries=0", "-S", "bench.repeats=1"]

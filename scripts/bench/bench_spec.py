@@ -1,5 +1,5 @@
-"""Speculative decoding on the CPU engine (docs/PERFORMANCE.md, "Speculative decoding"): the tiny default with
-spec=none against each CPU method, per level, side by side in one run.
+"""Speculative decoding on the CPU engine (docs/PERFORMANCE.md, "Speculative decoding (tiny default, CPU)"): the
+tiny default with spec=none against each CPU method, per level, side by side in one run.
 
 Each round starts one server per method, in turn (none, standalone, ngram, then again), on the pipeline's
 own quantized model and speed set, and runs the three levels the official way (soarlab.bench.runner, the
@@ -7,7 +7,7 @@ config's repeats). Reported per method: the median duration of each level over t
 spec=none, the tokens per verification and the share of drafted tokens accepted.
 
     dvc repro                                   # models/quantized and data/speed.jsonl, as a user has them
-    .venv/bin/python scripts/bench_spec.py [--rounds 3] [--methods none standalone ngram]
+    .venv/bin/python scripts/bench/bench_spec.py [--rounds 3] [--methods none standalone ngram]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def one_server(method: str, draft: Path, requests, info, tokenizer) -> dict[str, dict]:

@@ -1,7 +1,7 @@
 """CPU seconds per test and per test file (docs/PERFORMANCE.md, "Test suite"): a pytest plugin, then its table.
 
-    PYTHONPATH=scripts PYTEST_CPU_DIR=/tmp/cpu .venv/bin/pytest -p pytest_cpu    # any pytest arguments
-    python scripts/pytest_cpu.py /tmp/cpu [/tmp/cpu-before]                     # per file, side by side
+    PYTHONPATH=scripts/bench PYTEST_CPU_DIR=/tmp/cpu .venv/bin/pytest -p pytest_cpu    # any pytest arguments
+    python scripts/bench/pytest_cpu.py /tmp/cpu [/tmp/cpu-before]                      # per file, side by side
 
 Each worker (pytest-xdist) appends one JSON line per test to PYTEST_CPU_DIR/<worker>.jsonl: its wall
 seconds and the CPU seconds of the worker and of the processes it reaped meanwhile (stages, servers,

@@ -1,6 +1,6 @@
 """Time each stage of the pipeline on the committed params.yaml, one after the other, in this checkout.
 
-    . .venv/bin/activate && python scripts/bench_pipeline.py     # prints a markdown table
+    . .venv/bin/activate && python scripts/bench/bench_pipeline.py     # prints a markdown table
 
 Runs the stages directly (DVC would skip unchanged ones), so it overwrites models/, data/ and
 reports/ as `dvc repro --force` would, and logs one more MLflow run. Stage logs go to /tmp.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Time a no-op `dvc repro` (nothing changed since the last one) at one or more git revisions, side by side.
 
-    . .venv/bin/activate && python scripts/bench_noop.py --rev 02d7128 --rev HEAD --repeats 3
+    . .venv/bin/activate && python scripts/bench/bench_noop.py --rev 02d7128 --rev HEAD --repeats 3
 
 Each revision is cloned into a temporary folder and run with its own source (PYTHONPATH) under this
 environment's packages: one full `dvc repro`, one more to settle what the first run changed in the
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import revision  # scripts/: the clone of a revision and its environment
+import revision  # scripts/bench/: the clone of a revision and its environment
 
 
 def repro(clone: Path, env: dict) -> float:
