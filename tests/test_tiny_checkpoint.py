@@ -44,6 +44,30 @@ def test_a_changed_checkpoint_is_refused_with_the_fix(tmp_path, change):
     assert "scripts/build_tiny_model.py" in str(info.value)
 
 
+def test_the_outlier_channel_changes_the_weights_not_what_the_model_computes():
+    """add_outlier_channel (spec.yaml's `outlier`), applied once more to the shipped model: the same logits to the
+    bit, the sparse layers' q/k/v column `channel` 32 times larger. A scale bfloat16 cannot hold exactly is refused."""
+    import torch
+    from pydantic import ValidationError
+    from transformers import AutoModelForCausalLM
+
+    from soarlab.tiny.build import OutlierSpec, add_outlier_channel, load_spec
+
+    outlier = load_spec().outlier
+    model = AutoModelForCausalLM.from_pretrained(CHECKPOINT_DIR, trust_remote_code=True, dtype=torch.bfloat16).eval()
+    ids = torch.arange(3, 40)[None]
+    sparse = model.model.layers[model.config.mixer_types.index("minicpm4")].self_attn
+    column = sparse.q_proj.weight[:, outlier.channel].clone()
+    with torch.no_grad():
+        before = model(ids).logits
+        add_outlier_channel(model, outlier)
+        after = model(ids).logits
+    assert torch.equal(before, after)
+    assert torch.equal(sparse.q_proj.weight[:, outlier.channel], column * outlier.scale)
+    with pytest.raises(ValidationError, match="not a power of two"):
+        OutlierSpec(channel=0, scale=24)
+
+
 def _readme_table() -> dict[str, tuple[float, float]]:
     """quant -> (raw accuracy, C) as the README's tiny-default table states them."""
     text = (ROOT / "README.md").read_text()
@@ -60,7 +84,8 @@ def test_shipped_model_scores_the_readme_table(tiny_model_dir, tmp_path, monkeyp
     """Each preset of the README's table, on the shipped bytes, through the pipeline's own path: pinned
     quantization (`soarlab prepare-model`, real GPTQModel), then the accuracy stage (real lm-eval against a
     real `transformers serve`). The table's figures are measured, and they tell the real model's story
-    (RULES.md 7) where it decides the score: the default mixed preset and 8-bit keep C, the default with margin."""
+    (RULES.md 7) where it decides the score: the default mixed preset and 8-bit keep C, the default with margin,
+    and fully 4-bit weights lose it."""
     from soarlab.config import compose
     from soarlab.datasets.correctness import fetch_correctness_set
     from soarlab.stages import accuracy
@@ -85,6 +110,7 @@ def test_shipped_model_scores_the_readme_table(tiny_model_dir, tmp_path, monkeyp
     assert measured == table
     # unquantized, 8-bit and the default hold C = 1, so the main command's final score is above 0
     assert (measured["none"][1], measured["gptq_w4_mixed"][1], measured["gptq_w8"][1]) == (1, 1, 1), measured
+    assert (measured["gptq_w4"][1], measured["rtn_w4"][1]) == (0, 0), measured
     band = max(b.above for b in cfg.score.c_table if b.C == 1.0)  # normalized accuracy C = 1 must exceed
     one_question = 100 / summary["n"]
     assert measured["gptq_w4_mixed"][0] - band / 100 * cfg.model.baseline_accuracy >= 2 * one_question, measured

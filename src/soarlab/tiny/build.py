@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from soarlab.atomic import atomic_dir
 from soarlab.corpus import CORPUS_PATH
@@ -118,6 +118,20 @@ class DraftSpec(BaseModel):
     batch: int = Field(gt=0)
 
 
+class OutlierSpec(BaseModel):
+    """spec.yaml's `outlier`: one hidden channel the sparse layers' attention reads at `scale` times its size."""
+    model_config = ConfigDict(extra="forbid", strict=True)
+    channel: int = Field(ge=0)
+    scale: int = Field(gt=0)
+
+    @field_validator("scale")
+    @classmethod
+    def _power_of_two(cls, scale: int) -> int:
+        if scale & (scale - 1):
+            raise ValueError(f"outlier.scale {scale} is not a power of two: bfloat16 would round the weights it scales")
+        return scale
+
+
 class TinySpec(BaseModel):
     """spec.yaml: the checkpoint's shape and how it is trained."""
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -132,6 +146,7 @@ class TinySpec(BaseModel):
     train_steps: int = Field(ge=0)
     lr: float = Field(gt=0)
     batch: int = Field(gt=0)
+    outlier: OutlierSpec
     draft: DraftSpec
 
 
@@ -165,6 +180,23 @@ def _train(model, pairs: list[tuple[list[int], int]], spec: TinySpec | DraftSpec
         loss.backward()
         opt.step()
     model.eval()
+
+
+def add_outlier_channel(model, outlier: OutlierSpec) -> None:
+    """Give each sparse layer's attention input one outlier channel, as real LLMs have, without changing what
+    the model computes: the layer's input norm weight of `outlier.channel` is divided by `outlier.scale` and the
+    same input column of q/k/v (and the unquantized o_gate, which reads the same input) multiplied by it. A
+    power-of-two scale is exact in bfloat16. A 4-bit group holding that column then rounds its other weights
+    coarsely, so fully 4-bit GPTQ loses answers while 8-bit q/k/v of these layers keep them (RULES.md 7)."""
+    import torch
+
+    with torch.no_grad():
+        for mixer, layer in zip(model.config.mixer_types, model.model.layers):
+            if mixer != "minicpm4":
+                continue
+            layer.input_layernorm.weight[outlier.channel] /= outlier.scale
+            for name in ("q_proj", "k_proj", "v_proj", "o_gate"):
+                getattr(layer.self_attn, name).weight[:, outlier.channel] *= outlier.scale
 
 
 def tiny_config(spec: TinySpec, vocab_size: int, eos_ids: list[int]) -> dict:
@@ -211,6 +243,7 @@ def build_tiny_model(out_dir: str | Path, spec: TinySpec, qa_rows: Sequence[dict
         )
         if spec.train_steps and qa_rows:
             _train(model, _training_pairs(tokenizer, qa_rows), spec, tokenizer.pad_token_id)
+        add_outlier_channel(model, spec.outlier)
         model.to(torch.bfloat16).save_pretrained(tmp)
         # save_pretrained rewrites config.json from the class; keep the real schema (auto_map, fields) as written.
         (tmp / "config.json").write_text(json.dumps(config_dict, indent=2) + "\n")
