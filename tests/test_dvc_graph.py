@@ -185,7 +185,7 @@ def test_each_file_a_param_names_is_a_dep_of_its_reader_by_content():
     from soarlab.config import compose
     from soarlab.stages.inputs import named_inputs
 
-    readers = {"model": "fetch-model", "speed_set": "fetch-data", "correctness_set": "fetch-data", "calibration": "quantize"}
+    readers = {"model": "fetch-model", "draft": "fetch-draft", "speed_set": "fetch-data", "correctness_set": "fetch-data", "calibration": "quantize"}
     inputs = named_inputs(compose())
     assert set(inputs) == set(readers), "a new input needs its reader here and a digest dep in dvc.yaml"
     for name, (param, _) in inputs.items():

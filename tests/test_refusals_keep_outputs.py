@@ -21,6 +21,7 @@ pytestmark = pytest.mark.slow
 
 OUTPUTS = ("models/base", "reports/fetch-model", "reports/inputs", "reports/check-params.json", "data")
 CHECKPOINT = "src/soarlab/tiny/checkpoint/model.safetensors"
+DRAFT = "src/soarlab/tiny/draft/model.safetensors"
 
 
 def checksums(proj) -> dict[str, str]:
@@ -139,4 +140,15 @@ def test_a_bad_param_under_repro_s_says_how_to_restore(lab):
     line = lab.refused("dvc", "repro", "-s", "fetch-data")
     assert "bench.dataset.num_requests" in line and restore_command(line) == "dvc checkout fetch-data"
     assert not (lab.proj / "data").exists(), "what this test is about: DVC removed the outputs before the check"
+    lab.restore(restore_command(line))
+
+
+def test_a_tampered_draft_is_refused_before_any_output_goes(lab):
+    lab.params("spec=standalone")  # reads the shipped draft
+    path = lab.proj / DRAFT
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    line = lab.refused("dvc", "repro", "fetch-data")
+    assert "the shipped tiny draft's model.safetensors fail their sha256" in line and "--draft" in line
     lab.restore(restore_command(line))

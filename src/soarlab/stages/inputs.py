@@ -1,8 +1,8 @@
 """inputs: the content digests of the files and folders that params name, so that editing one re-runs the
 stages that read it, and nothing else.
 
-`bench.dataset.path`, `eval.dataset.path` (eval.dataset.source=file), `quant.calibration.source` (a path)
-and `model.local_path` (model.source=local) name files the fetch and quantize stages read, but DVC sees
+`bench.dataset.path`, `eval.dataset.path` (eval.dataset.source=file), `quant.calibration.source` (a path),
+`model.local_path` (model.source=local) and `spec.draft.local_path` (a local draft) name files the fetch and quantize stages read, but DVC sees
 only the names, as params. This stage always runs (cheap: soarlab.digest remembers each file's digest
 under its identity and modification time) and writes one small file per input,
 reports/inputs/<input>.json = {"param", "path", "sha256"}: path and sha256 are null when the param names
@@ -31,9 +31,12 @@ from soarlab.tracking.store import STAMP_REPORT, check_store, store_stamp, track
 
 def named_inputs(cfg: SoarConfig) -> dict[str, tuple[str, str | None]]:
     """{input: (param, the path it names in this config, or None when the config reads no such file)}."""
-    calibration = cfg.quant.calibration.source
+    from soarlab.speculative import needs_draft
+
+    calibration, draft = cfg.quant.calibration.source, cfg.spec.draft
     return {
         "model": ("model.local_path", cfg.model.local_path if cfg.model.source == "local" else None),
+        "draft": ("spec.draft.local_path", draft.local_path if needs_draft(cfg.spec) and draft.source == "local" else None),
         "speed_set": ("bench.dataset.path", cfg.bench.dataset.path or None),
         "correctness_set": ("eval.dataset.path", cfg.eval.dataset.path if cfg.eval.dataset.source == "file" else None),
         "calibration": ("quant.calibration.source", calibration if calibration != "corpus" else None),
@@ -51,9 +54,10 @@ def check_named_files(cfg: SoarConfig, root: Path) -> None:
     from soarlab.datasets.correctness import read_correctness_set
     from soarlab.datasets.soar import read_speed_set
     from soarlab.hub import validate_model_dir
-    from soarlab.tiny import verify_checkpoint
+    from soarlab.speculative import needs_draft
+    from soarlab.tiny import DRAFT_DIR, verify_checkpoint
 
-    readers = {"model": validate_model_dir, "correctness_set": read_correctness_set,
+    readers = {"model": validate_model_dir, "draft": validate_model_dir, "correctness_set": read_correctness_set,
                "speed_set": lambda path: read_speed_set(path, cfg.bench.dataset.max_line_bytes)}
     for name, (param, named) in named_inputs(cfg).items():
         path = resolve(named, root)
@@ -63,6 +67,8 @@ def check_named_files(cfg: SoarConfig, root: Path) -> None:
             readers[name](path)
     if cfg.model.source == "embedded":  # the shipped checkpoint fetch-model installs, checked by sha256
         verify_checkpoint()
+    if needs_draft(cfg.spec) and cfg.spec.draft.source == "embedded":  # likewise the draft fetch-draft installs
+        verify_checkpoint(DRAFT_DIR)
 
 
 def run(cfg: SoarConfig) -> None:
