@@ -20,7 +20,7 @@ from soarlab import atomic, leftovers
 from soarlab.bench.requests import BenchRequest
 from soarlab.bench.runner import run_level
 from soarlab.config import compose, to_yaml
-from soarlab.engines.server import Server
+from soarlab.engines.server import Server, free_port
 from soarlab.schema import Paths
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,8 +67,9 @@ def test_killed_runs_temp_outputs_are_listed_untracked_and_removed(project, tmp_
     (project / "params.yaml").write_text(to_yaml(compose(["engine=external"], root=ROOT)))  # the same paths
     proc = subprocess.run([sys.executable, "-m", "soarlab.cli", "doctor"], cwd=project, capture_output=True, text=True,
                           timeout=300)
-    row = next(line for line in proc.stdout.splitlines() if line.startswith("temp outputs"))
-    assert " NO " in row and str(bench_tmp) in row and str(model_tmp) in row and "Fix: rm -rf" in row
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("temp output")]
+    assert len(rows) == 2 and all(" NO " in row and "Fix: rm -rf " in row and len(row) <= 200 for row in rows), rows
+    assert sorted(row.rsplit(" ", 1)[1] for row in rows) == sorted([str(bench_tmp), str(model_tmp)])
 
     # track never uploads them
     import mlflow
@@ -228,3 +229,24 @@ def test_port_conflict_is_listed_with_its_fix(tmp_path, monkeypatch):
     assert (name, ok) == (f"port {port}", False)
     assert f"pid {os.getpid()}" in detail and f"Fix: kill {os.getpid()}, or set engine.port" in detail
     assert leftovers.port_rows(cfg)[0][1] is True  # free again
+
+
+def test_a_lease_record_of_an_ended_run_is_reported_then_removed_by_the_next_start(state_dir):
+    """A run killed outright leaves its port's record; its server is gone too. doctor says so, and the
+    next server start removes it (a real exited process's pid, a real lock file)."""
+    from soarlab.engines.lease import PortLease, lease_port, stale_leases
+
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    lease = PortLease(free_port())
+    assert lease.acquire()
+    lease.write(int(ended.stdout), ["server"], "server.log")
+    lease.release(forget=False)  # as a killed run leaves it
+    assert stale_leases() == [lease.record_path]
+    row = next(row for row in leftovers.server_rows() if row[0] == "stale leases")
+    assert row[1] is False and "port records of ended runs: 1," in row[2] and "next server start removes them" in row[2]
+    taken = lease_port("127.0.0.1", 0)
+    try:
+        assert stale_leases() == [] and not lease.record_path.exists()
+        assert all(row[0] != "stale leases" for row in leftovers.server_rows())
+    finally:
+        taken.release()

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from soarlab.atomic import project_temp_outputs
-from soarlab.engines.lease import PortLease, listener_pids, orphan_servers, stale_servers
+from soarlab.engines.lease import PortLease, listener_pids, orphan_servers, stale_leases, stale_servers
 from soarlab.engines.server import port_in_use
 from soarlab.errors import SoarError
 from soarlab.schema import ExternalEngine, SoarConfig
@@ -44,7 +44,12 @@ def server_rows() -> list[Row]:
     rows = [("stale server", False, f"{r.describe()}. Fix: kill -TERM -{r.pgid}") for r in stale_servers()]
     rows += [("stale server", False, f"pid {pid}, orphaned (parent 1): {cmd[:160]}. Fix: kill -TERM -{_pgid(pid)}")
              for pid, cmd in orphan_servers()]
-    return rows or [("stale servers", True, "none of ours outlived its run")]
+    rows = rows or [("stale servers", True, "none of ours outlived its run")]
+    leases = stale_leases()
+    if leases:
+        rows.append(("stale leases", False, f"port records of ended runs: {len(leases)}, in {leases[0].parent}. "
+                                            "Fix: none needed, the next server start removes them"))
+    return rows
 
 
 def _pgid(pid: int) -> int:
@@ -59,9 +64,7 @@ def temp_output_rows(root: Path | None, cfg: SoarConfig | None) -> list[Row]:
     found += sorted(Path(tempfile.gettempdir()).glob("gptqmodel-logs-*"))  # left by SOAR Lab before 2026-12
     if not found:
         return [("temp outputs", True, "no half-written outputs left by killed runs")]
-    paths = " ".join(shlex.quote(str(p)) for p in found)
-    return [("temp outputs", False, f"{len(found)} left by killed runs ({paths[:300]}). "
-                                    f"Fix: rm -rf {paths} (the next stage run also removes those in the project)")]
+    return [("temp output", False, f"left by a killed run. Fix: rm -rf {shlex.quote(str(path))}") for path in found]
 
 
 def port_rows(cfg: SoarConfig | None) -> list[Row]:

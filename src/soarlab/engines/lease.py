@@ -215,6 +215,7 @@ def _take(port: int, host: str) -> PortLease | None:
 def lease_port(host: str, port: int) -> PortLease:
     """A held lease on `port` (0: any free port); a free port instead, said on stderr, when `port` is taken."""
     probe_host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    remove_stale_leases()
     if port:
         lease = _take(port, probe_host)
         if lease is not None:
@@ -233,20 +234,34 @@ def lease_port(host: str, port: int) -> PortLease:
     raise SoarError(f"no free port found on {host} after 20 tries", "set engine.port to a port you know is free")
 
 
-def stale_servers() -> list[ServerRecord]:
-    """Servers of ours whose run is gone (lease lock free) but which still run."""
+def _records_of_gone_runs() -> list[tuple[Path, ServerRecord | None]]:
+    """(record file, its record or None if unreadable) of each lease whose run is gone (its lock is free)."""
     found = []
     for path in sorted(_ports_dir().glob("*.json")):
         lease = PortLease(int(path.stem)) if path.stem.isdigit() else None
         if lease is None or not lease.acquire():
             continue
         try:
-            record = lease.read()
-            if record is not None and record.alive():
-                found.append(record)
+            found.append((path, lease.read()))
         finally:
             lease.release(forget=False)
     return found
+
+
+def stale_servers() -> list[ServerRecord]:
+    """Servers of ours whose run is gone (lease lock free) but which still run."""
+    return [record for _, record in _records_of_gone_runs() if record is not None and record.alive()]
+
+
+def stale_leases() -> list[Path]:
+    """Lease records of runs that are gone and whose server is gone too: nothing to stop, only files."""
+    return [path for path, record in _records_of_gone_runs() if record is None or not record.alive()]
+
+
+def remove_stale_leases() -> None:
+    """Each start removes the records stale_leases lists (their lock files stay: another run may hold one)."""
+    for path in stale_leases():
+        path.unlink(missing_ok=True)
 
 
 def listener_pids(port: int) -> list[int]:
