@@ -148,6 +148,14 @@ def test_length_flag_fires_at_the_margin_and_gate_refuses(tmp_path, monkeypatch,
     gate.gate_cli(args)
     assert "allowed by --allow-long-answers" in capsys.readouterr().out
 
+    from soarlab.decide.compare import compare_cli
+
+    compare_cli(argparse.Namespace(a=at_edge, b=longer, experiment=None, rerun=None, json=True,
+                                   overrides=[f"tracking.uri={uri}"]))
+    flagged = json.loads(capsys.readouterr().out)["lengths"]
+    assert flagged["A"] == {"p95": edge, "at_cap": 1 + margins.at_cap_growth, "flag": None}
+    assert flagged["B"]["p95"] == edge + 1 and "p95" in flagged["B"]["flag"] and reference[:8] in flagged["B"]["flag"]
+
 
 def changing_after(n_first: int):
     """Chat answers that change once `n_first` requests were answered (a server whose state goes bad under load)."""

@@ -108,6 +108,14 @@ def speculative_figures(run: RunRecord) -> dict | None:
     return {"accept_length": accept, "answers_changed": changed}
 
 
+def answer_lengths(run: RunRecord, runs: Sequence[RunRecord], margins) -> dict | None:
+    """The run's answer lengths and their flag against its reference run (decide.lengths); None if not measured."""
+    p95 = run.metrics.get("accuracy.length_p95")
+    if p95 is None:
+        return None
+    return {"p95": p95, "at_cap": run.metrics.get("accuracy.length_at_cap", 0), "flag": length_flag(run, runs, margins)}
+
+
 def _describe(d: dict) -> str:
     if d["difference_s"] is None:
         return f"{d['level']:>5}: not comparable (a level without a valid duration)"
@@ -142,6 +150,7 @@ def compare_cli(args) -> int:
         a_runs, b_runs = [a], [b]
     record = noise_record(runs, a.tags.get(MACHINE_TAG, ""), incidental)
     result = compare(a_runs, b_runs, cfg, record)
+    result["lengths"] = {side: answer_lengths(run, runs, cfg.decide.lengths) for side, run in (("A", a), ("B", b))}
     if args.rerun is None and record is None:
         print("soarlab: warning: no noise record for this machine (no two recorded runs with the same inputs): the "
               "interval holds only the spread of each run's repeats, and runs drift more than that. Measure it with "
@@ -158,11 +167,10 @@ def compare_cli(args) -> int:
     for d in result["levels"]:
         print(_describe(d))
     print(f"accuracy: {result['accuracy']}")
-    for name, run in (("A", a), ("B", b)):
-        p95, long_answers = run.metrics.get("accuracy.length_p95"), length_flag(run, runs, cfg.decide.lengths)
-        if p95 is not None:
-            print(f"answer lengths ({name}): p95 {p95:.0f} tokens, {run.metrics.get('accuracy.length_at_cap', 0):.0f} at the cap"
-                  + (f"; FLAGGED: {long_answers}" if long_answers else ""))
+    for side, lengths in result["lengths"].items():
+        if lengths:
+            print(f"answer lengths ({side}): p95 {lengths['p95']:.0f} tokens, {lengths['at_cap']:.0f} at the cap"
+                  + (f"; FLAGGED: {lengths['flag']}" if lengths["flag"] else ""))
     for side, spec in result["speculative"].items():
         if spec:
             accept = ", ".join(f"{lvl} {v:.2f}" for lvl, v in spec["accept_length"].items() if v is not None)
