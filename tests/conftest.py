@@ -75,7 +75,7 @@ def tiny_tokenizer(tiny_model_dir):
 def state_dir(tmp_path, monkeypatch) -> Path:
     """Port and GPU leases of this test only (the machine's others, other tests' included, are left
     alone); subprocesses inherit it."""
-    from soarlab.paths import STATE_DIR_ENV
+    from soarlab.names.environment import STATE_DIR_ENV
 
     folder = tmp_path / "state"
     monkeypatch.setenv(STATE_DIR_ENV, str(folder))

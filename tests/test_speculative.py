@@ -22,6 +22,7 @@ from soarlab.engines import cpu_speculation, open_engine
 from soarlab.engines import sglang as sglang_engine
 from soarlab.engines.server import free_port
 from soarlab.errors import SoarError
+from soarlab.names.mlflow_tags import ANSWERS_KEY_TAG, SPEC_TAG
 from soarlab.sweep.spec_gains import spec_gains_table
 from soarlab.tracking import lossless
 
@@ -156,7 +157,7 @@ def test_lossless_check_against_the_recorded_run_without_spec(tmp_path):
 
     def logged(spec: str, key: str, answers: list[str]) -> str:
         predictions.write_text("".join(json.dumps({"task": "qa", "prediction": a}) + "\n" for a in answers))
-        run = client.create_run(experiment, tags={lossless.SPEC_TAG: spec, lossless.ANSWERS_KEY_TAG: key})
+        run = client.create_run(experiment, tags={SPEC_TAG: spec, ANSWERS_KEY_TAG: key})
         client.log_artifact(run.info.run_id, str(predictions), "reports/accuracy")
         client.set_terminated(run.info.run_id, "FINISHED")
         return run.info.run_id

@@ -117,7 +117,8 @@ def test_a_trials_processes_keep_the_machines_leases(monkeypatch, tmp_path):
     import subprocess
     import sys
 
-    from soarlab.paths import STATE_DIR_ENV, state_dir
+    from soarlab.names.environment import STATE_DIR_ENV
+    from soarlab.paths import state_dir
 
     monkeypatch.delenv(STATE_DIR_ENV, raising=False)  # the default, under the machine's temp folder
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")

@@ -83,7 +83,7 @@ def test_run_name_shows_the_flag_two_sweep_trials_differ_in(monkeypatch):
     """A group's keys are named against the group's own preset: trials of engine=sglang that differ in one
     serving flag get different names (seen on the H200 sweep, where both were 'none · engine=sglang')."""
     from soarlab.tracking.params import config_name, run_params
-    from soarlab.tracking.tags import TRIAL_LABEL_ENV
+    from soarlab.names.environment import TRIAL_LABEL_ENV
 
     def name(*overrides):
         return config_name(compose(list(overrides)), run_params(composed_data(list(overrides))))

@@ -12,6 +12,7 @@ import traceback
 from soarlab import stopping
 from soarlab.domain import LEVELS
 from soarlab.errors import error_line
+from soarlab.names.environment import DEBUG_ENV
 
 STAGES = ("check-params", "inputs", "fetch-model", "fetch-draft", "fetch-data", "quantize", "package", "evaluate", "bench", "accuracy", "reference", "score", "track")
 
@@ -24,7 +25,7 @@ def _handler(target: str):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="soarlab", description=__doc__)
-    parser.add_argument("--debug", action="store_true", help="print the traceback of an error (or SOARLAB_DEBUG=1)")
+    parser.add_argument("--debug", action="store_true", help=f"print the traceback of an error (or {DEBUG_ENV}=1)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_pipeline_commands(sub)
     _add_measure_commands(sub)
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             args.overrides = [*args.overrides, *extra]
         elif extra:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    debug = args.debug or os.environ.get("SOARLAB_DEBUG", "") not in ("", "0")
+    debug = args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     stopping.install()
     try:
         return args.run(args) or 0

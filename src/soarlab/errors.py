@@ -4,6 +4,8 @@ import errno
 import os
 from pathlib import Path
 
+from soarlab.names.environment import DEBUG_ENV
+
 
 class SoarError(Exception):
     """A user-facing failure. The CLI prints it as one line and exits non-zero."""
@@ -87,4 +89,4 @@ def error_line(exc: Exception) -> tuple[str, int]:
     if len(first) > _LINE_CHARS:  # e.g. shutil.Error: one entry per file that failed
         first = first[:_LINE_CHARS] + "..."
     return (f"unexpected {type(exc).__name__}: {first}. "
-            "Fix: rerun with --debug (or SOARLAB_DEBUG=1) for the traceback, and report it"), 1
+            f"Fix: rerun with --debug (or {DEBUG_ENV}=1) for the traceback, and report it"), 1

@@ -16,10 +16,11 @@ import signal
 import threading
 from pathlib import Path
 
+from soarlab.names.environment import DVC_STAGE_ENV
+
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # Looked up before any fork, so that a child between fork and exec only calls it; None off Linux.
 _prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
-DVC_STAGE_ENV = "DVC_STAGE"  # what DVC sets for every stage command it runs (the stage's name)
 
 
 def set_parent_death_signal(sig: int) -> None:

@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-STATE_DIR_ENV = "SOARLAB_STATE_DIR"
+from soarlab.names.environment import DVC_ROOT_ENV, STATE_DIR_ENV
 
 # DVC runs queued/temp experiments in copies under this folder of the real project.
 _DVC_TEMP_EXPS = (".dvc", "tmp", "exps")
@@ -33,7 +33,7 @@ def owning_project_root(start: str | Path | None = None) -> Path:
     location against the owning project, not against a temporary copy. DVC tells stages the
     owning repository in DVC_ROOT; the path test covers commands run by hand inside a copy.
     """
-    dvc_root = os.environ.get("DVC_ROOT")
+    dvc_root = os.environ.get(DVC_ROOT_ENV)
     if dvc_root and (Path(dvc_root) / "conf" / "config.yaml").is_file():
         return Path(dvc_root).resolve()
     root = project_root(start)

@@ -31,10 +31,10 @@ from typing import Sequence
 
 from soarlab.decide.noise import NoiseRecord, machine_records, side, t_quantile
 from soarlab.schema import ScoreGroup, SoarConfig
-from soarlab.tracking.tags import MACHINE_TAG
 from soarlab.decide.runs import RunRecord
 from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
+from soarlab.names.mlflow_tags import MACHINE_TAG
 from soarlab.metrics.scoring import final_score
 
 Interval = tuple[float, float, float]  # (point, low, high)

@@ -28,6 +28,7 @@ from soarlab.decide.lengths import flag as length_flag
 from soarlab.decide.noise import NoiseRecord, log_interval, side
 from soarlab.decide.runs import RunRecord
 from soarlab.domain import LEVELS
+from soarlab.names.mlflow_tags import COMPARE_TAG, MACHINE_TAG
 from soarlab.schema import SoarConfig
 
 EXIT_BETTER, EXIT_SAME, EXIT_WORSE, EXIT_MIXED = 0, 1, 3, 4
@@ -128,7 +129,7 @@ def _describe(d: dict) -> str:
 
 def compare_cli(args) -> int:
     from soarlab.decide.calibration import by_predicted_final, fit
-    from soarlab.decide.noise import MACHINE_TAG, noise_record
+    from soarlab.decide.noise import noise_record
     from soarlab.decide.runs import decide_config, load_runs, resolve
     from soarlab.errors import SoarError
 
@@ -160,7 +161,7 @@ def compare_cli(args) -> int:
         return result["exit_code"]
     print(f"A = {a.name} ({a.run_id[:8]})\nB = {b.name} ({b.run_id[:8]})")
     if args.rerun is not None:
-        print(f"reruns: {args.rerun} per side, interleaved (tag soarlab.compare={a_runs[0].tags.get('soarlab.compare')})")
+        print(f"reruns: {args.rerun} per side, interleaved (tag {COMPARE_TAG}={a_runs[0].tags.get(COMPARE_TAG)})")
     elif record is not None:
         print(record.describe())
     print(f"duration B - A per level, {result['confidence']:.0%} Welch t interval of the run means:")

@@ -16,11 +16,11 @@ import sys
 from soarlab.decide.calibration import Calibration, Prediction, by_predicted_final, fit, predict
 from soarlab.decide.lengths import flag as length_flag
 from soarlab.schema import ScoreGroup
-from soarlab.tracking.tags import MACHINE_TAG
 from soarlab.decide.runs import RunRecord
 from soarlab.errors import SoarError
 from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
+from soarlab.names.mlflow_tags import MACHINE_TAG
 from soarlab.metrics.scoring import final_score
 
 EXIT_PASS, EXIT_FAIL = 0, 1

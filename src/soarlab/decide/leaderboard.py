@@ -21,14 +21,15 @@ from soarlab.decide.calibration import Calibration, fit, predict
 from soarlab.decide.lengths import flag as length_flag
 from soarlab.schema import SoarConfig
 from soarlab.tracking.params import config_delta
-from soarlab.decide.runs import KIND_TAG, RunRecord
+from soarlab.decide.runs import RunRecord
 from soarlab.domain import LEVELS
+from soarlab.names.mlflow_tags import DVC_EXPERIMENT_TAG, KIND_TAG, NOTE_TAG, PRUNED_TAG, ROLE_TAG, SWEEP_TAG
 
 _NAME_CHARS = 48  # run names in the table; JSON and CSV keep them whole
 
 
 def _row(run: RunRecord, local, official, long_answers: str | None) -> dict:
-    row = {"run": run.name, "run_id": run.run_id, "experiment": run.tags.get("dvc.experiment", ""), "final": local.final[0] if local else None,
+    row = {"run": run.name, "run_id": run.run_id, "experiment": run.tags.get(DVC_EXPERIMENT_TAG, ""), "final": local.final[0] if local else None,
            "performance": local.performance if local else None,
            "normalized_accuracy": local.normalized_accuracy if local else None,
            "C": local.C[0] if local else run.metrics.get("accuracy.C"),
@@ -122,8 +123,6 @@ def pareto_plot(table: list[dict], runs: list[RunRecord], cfg: SoarConfig, noise
 def log_plot(client, experiment: str, sweep: str | None, plot: Path) -> str:
     """Log the plot where it is not one more row among the pipeline's runs: with `--sweep`, to that
     sweep's parent run; else to the one `leaderboard` run of the experiment `<experiment>-leaderboard`."""
-    from soarlab.sweep.record import ROLE_TAG, SWEEP_TAG
-
     experiment_id = client.get_experiment_by_name(experiment).experiment_id
     parents = client.search_runs([experiment_id], filter_string=f"tags.`{ROLE_TAG}` = 'sweep'", max_results=1000)
     run_id = next((r.info.run_id for r in parents if sweep in (r.info.run_id, r.data.tags.get(SWEEP_TAG))), None) if sweep else None
@@ -133,7 +132,7 @@ def log_plot(client, experiment: str, sweep: str | None, plot: Path) -> str:
             f"{experiment}-leaderboard", artifact_location=client.get_experiment(experiment_id).artifact_location)
         found = client.search_runs([own_id], filter_string=f"tags.`{KIND_TAG}` = 'leaderboard'", max_results=1)
         run_id = found[0].info.run_id if found else client.create_run(own_id, run_name="leaderboard", tags={
-            KIND_TAG: "leaderboard", "mlflow.note.content": f"The latest `soarlab leaderboard` Pareto plot of {experiment}."}).info.run_id
+            KIND_TAG: "leaderboard", NOTE_TAG: f"The latest `soarlab leaderboard` Pareto plot of {experiment}."}).info.run_id
         client.set_terminated(run_id, "FINISHED")
     client.log_artifact(run_id, str(plot), artifact_path="leaderboard")
     return run_id
@@ -156,7 +155,7 @@ def leaderboard_cli(args) -> int:
               f"{'' if runs.pruned else ': run the pipeline first (dvc repro)'}", file=sys.stderr)
     if runs.pruned:
         print(f"{len(runs.pruned)} pruned sweep trial(s) not ranked: stopped early, no full bench "
-              "(the run's soarlab.pruned tag says why)", file=sys.stderr)
+              f"(the run's {PRUNED_TAG} tag says why)", file=sys.stderr)
     for row in table:
         if row["long_answers"]:
             print(f"soarlab: warning: #{row['rank']} {row['run_id'][:8]}: {row['long_answers']}", file=sys.stderr)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from soarlab.decide.runs import RunRecord
+from soarlab.names.mlflow_tags import MODEL_TAG
 from soarlab.schema import DecideLengths
 
 P95, AT_CAP = "accuracy.length_p95", "accuracy.length_at_cap"
@@ -22,7 +23,7 @@ def reference_run(run: RunRecord, runs: Sequence[RunRecord]) -> RunRecord | None
     """The newest unquantized run of `run`'s model and answer cap with answer lengths (runs are newest first)."""
     same = ("eval.max_tokens",)
     return next((r for r in runs if r.run_id != run.run_id and P95 in r.metrics
-                 and r.tags.get("soarlab.model") == run.tags.get("soarlab.model")
+                 and r.tags.get(MODEL_TAG) == run.tags.get(MODEL_TAG)
                  and all(r.params.get(k) == v for k, v in UNQUANTIZED.items())
                  and all(r.params.get(k) == run.params.get(k) for k in same)), None)
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from soarlab.tracking.params import incidental_key
-from soarlab.tracking.tags import MACHINE_TAG
 from soarlab.decide.runs import RunRecord
 from soarlab.domain import LEVELS
+from soarlab.names.mlflow_tags import MACHINE_TAG
 
 
 def t_quantile(confidence: float, df: float) -> float:

@@ -21,9 +21,9 @@ from typing import Sequence
 
 from soarlab.decide.noise import NoiseRecord, config_digest, side
 from soarlab.schema import ScoreGroup, SoarConfig
-from soarlab.tracking.tags import MACHINE_TAG
 from soarlab.decide.runs import RunRecord
 from soarlab.domain import LEVELS
+from soarlab.names.mlflow_tags import MACHINE_TAG
 
 _LABEL_CHARS = 40
 

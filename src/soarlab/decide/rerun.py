@@ -20,8 +20,9 @@ from soarlab.schema import SoarConfig
 from soarlab.tracking.params import overrides_of
 from soarlab.decide.runs import RunRecord, load_runs
 from soarlab.errors import SoarError
+from soarlab.names.environment import COMPARE_ENV
+from soarlab.names.mlflow_tags import COMPARE_TAG, DVC_EXPERIMENT_TAG
 from soarlab.paths import project_root
-from soarlab.tracking.tags import COMPARE_ENV
 
 RERUN_KEY = "bench.rerun"
 
@@ -54,7 +55,7 @@ def rerun_pair(cfg: SoarConfig, a: RunRecord, b: RunRecord, n: int) -> tuple[lis
                     raise SoarError(f"rerun {name} of {run.name} failed: {why}", f"read {log_path}, fix the cause, and compare again")
                 names[label].append(name)
     _, _, runs = load_runs(cfg)
-    by_name = {r.tags.get("dvc.experiment"): r for r in runs if r.tags.get("soarlab.compare") == ident}
+    by_name = {r.tags.get(DVC_EXPERIMENT_TAG): r for r in runs if r.tags.get(COMPARE_TAG) == ident}
     missing = [x for side in names.values() for x in side if x not in by_name]
     if missing:
         raise SoarError(f"reruns {', '.join(missing)} logged no MLflow run", f"read {log_path}: the track stage must run in each")

@@ -14,12 +14,12 @@ from soarlab.errors import SoarError
 from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
 from soarlab.metrics.scoring import coefficient, normalized_accuracy
+from soarlab.names.mlflow_tags import (
+    CONFIG_NAME_TAG, DVC_EXPERIMENT_TAG, KIND_TAG, MODEL_TAG, PARENT_TAG, PRUNED_TAG, SPEED_SET_TAG, SUBMITTED_AT_TAG,
+    SUBMITTED_TAG, SWEEP_TAG,
+)
 from soarlab.schema import ScoreGroup, SoarConfig
-from soarlab.tracking.tags import CONFIG_NAME_TAG, PRUNED_TAG, SPEED_SET_TAG
 
-SUBMITTED_TAG = "soarlab.submitted"
-SUBMITTED_AT_TAG = "soarlab.submission.recorded_at"
-KIND_TAG = "soarlab.kind"  # set on runs that are not pipeline executions (the leaderboard's own run)
 OFFICIAL = "official."     # metric prefix of a submission's platform figures
 PRUNED_METRIC = "score.pruned"  # 1 on a run whose evaluate a pruning sweep stopped (stages/score.py)
 _RUN_ID = re.compile(r"^[0-9a-f]{8,32}$")
@@ -61,7 +61,7 @@ class RunRecord:
     @property
     def group(self) -> tuple[str, str]:
         """Runs are scored against each other only on the same model and speed set."""
-        return self.tags.get("soarlab.model", ""), self.tags.get(SPEED_SET_TAG, "")
+        return self.tags.get(MODEL_TAG, ""), self.tags.get(SPEED_SET_TAG, "")
 
     @property
     def submitted(self) -> bool:
@@ -112,14 +112,14 @@ def load_runs(cfg: SoarConfig, model: str | None = None, speed_set: str | None =
     from soarlab.tracking.store import open_store
 
     client, experiment_id = open_store(cfg)
-    query = f"tags.`soarlab.model` = '{model}'" if model else ""
+    query = f"tags.`{MODEL_TAG}` = '{model}'" if model else ""
     found = client.search_runs([experiment_id], filter_string=query, max_results=5000, order_by=["attributes.start_time DESC"])
     runs = Runs()
     for run in found:
         tags = run.data.tags
         if speed_set and not tags.get(SPEED_SET_TAG, "").startswith(speed_set):
             continue
-        if sweep and sweep not in (tags.get("mlflow.parentRunId"), tags.get("soarlab.sweep")):
+        if sweep and sweep not in (tags.get(PARENT_TAG), tags.get(SWEEP_TAG)):
             continue
         info = run.info
         name = tags.get(CONFIG_NAME_TAG) or info.run_name or info.run_id[:8]
@@ -139,7 +139,7 @@ def load_runs(cfg: SoarConfig, model: str | None = None, speed_set: str | None =
 def _refuse_pruned(ref: str, runs: Sequence[RunRecord]) -> None:
     """Say so when `ref` names a pruned sweep trial (Runs.pruned), rather than that no such run exists."""
     pruned = [r for r in getattr(runs, "pruned", [])
-              if (_RUN_ID.match(ref) and r.run_id.startswith(ref)) or r.tags.get("dvc.experiment") == ref]
+              if (_RUN_ID.match(ref) and r.run_id.startswith(ref)) or r.tags.get(DVC_EXPERIMENT_TAG) == ref]
     if pruned:
         why = pruned[0].tags.get(PRUNED_TAG, "stopped early")
         raise SoarError(f"run {ref!r} is a sweep trial that was pruned ({why}): it has no full bench",
@@ -149,7 +149,7 @@ def _refuse_pruned(ref: str, runs: Sequence[RunRecord]) -> None:
 def _refuse_unfinished(ref: str, runs: Sequence[RunRecord]) -> None:
     """Say a run is FAILED or KILLED, rather than that no such run exists."""
     for record, status in getattr(runs, "unfinished", []):
-        if (_RUN_ID.match(ref) and record.run_id.startswith(ref)) or record.tags.get("dvc.experiment") == ref:
+        if (_RUN_ID.match(ref) and record.run_id.startswith(ref)) or record.tags.get(DVC_EXPERIMENT_TAG) == ref:
             raise SoarError(f"run {ref!r} is {status}: it has no result to compare",
                             "name a finished run (soarlab leaderboard lists them); the MLflow UI shows why it failed")
 
@@ -173,7 +173,7 @@ def resolve(ref: str, runs: Sequence[RunRecord], rank: Callable[[RunRecord], flo
     by_id = [r for r in runs if _RUN_ID.match(ref) and r.run_id.startswith(ref)]
     if len(by_id) == 1:
         return by_id[0]
-    by_exp = [r for r in runs if r.tags.get("dvc.experiment") == ref]
+    by_exp = [r for r in runs if r.tags.get(DVC_EXPERIMENT_TAG) == ref]
     if by_exp:
         return by_exp[0]  # newest first
     if not by_id:

@@ -11,10 +11,11 @@ import math
 import sys
 import time
 
-from soarlab.decide.runs import OFFICIAL, SUBMITTED_AT_TAG, SUBMITTED_TAG
+from soarlab.decide.runs import OFFICIAL
 from soarlab.errors import SoarError
 from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
+from soarlab.names.mlflow_tags import SUBMISSION_NOTE_TAG, SUBMITTED_AT_TAG, SUBMITTED_TAG
 from soarlab.schema import ScoreGroup
 
 _FIX = "copy the platform's figures: --S1 596 --S8 1066 --Smax 2746 (Benchmark duration, seconds) --accuracy 81.2 (raw ori, percent)"
@@ -56,7 +57,7 @@ def record_submission_cli(args) -> int:
         figures["final"] = args.final
     tags = {SUBMITTED_TAG: "true", SUBMITTED_AT_TAG: dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
     if args.note:
-        tags["soarlab.submission.note"] = args.note
+        tags[SUBMISSION_NOTE_TAG] = args.note
     client.log_batch(run.run_id, metrics=[Metric(OFFICIAL + k, float(v), now, 0) for k, v in figures.items()],
                      tags=[RunTag(k, v) for k, v in tags.items()])
     print(f"recorded submission on {run.name} ({run.run_id}): " + ", ".join(f"{k} {v:g}" for k, v in figures.items()))

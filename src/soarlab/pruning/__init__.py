@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-PRUNE_ENV = "SOARLAB_PRUNE"  # set by a pruning sweep's trial: its settings (JSON); absent: never wait
-REPORTS = "intermediate.jsonl"  # under the trial's logs folder (soarlab.stages.TRIAL_LOGS_ENV)
+REPORTS = "intermediate.jsonl"  # under the trial's logs folder (soarlab.names.environment.TRIAL_LOGS_ENV)
 # Steps, in the order evaluate reaches them; every value is "higher is better", as the objective is,
 # so Optuna's own pruners (median, percentile, ...) read them the right way round.
 ACCURACY = 0  # C on the whole correctness set: the trial's final C (0: its final score is 0)

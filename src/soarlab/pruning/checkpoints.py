@@ -11,7 +11,8 @@ import os
 import time
 from pathlib import Path
 
-from soarlab.pruning import ACCURACY, END, PRUNE_ENV, REPORTS, S1, Pruned, decision_path
+from soarlab.names.environment import PRUNE_ENV, TRIAL_LOGS_ENV
+from soarlab.pruning import ACCURACY, END, REPORTS, S1, Pruned, decision_path
 
 _POLL_S = 0.5
 
@@ -26,8 +27,6 @@ class Checkpoints:
 
     @classmethod
     def from_env(cls) -> "Checkpoints":
-        from soarlab.stages import TRIAL_LOGS_ENV
-
         raw, logs = os.environ.get(PRUNE_ENV), os.environ.get(TRIAL_LOGS_ENV)
         return cls(Path(logs), json.loads(raw)) if raw and logs else cls(None, {})
 

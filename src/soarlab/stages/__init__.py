@@ -8,11 +8,8 @@ import time
 from pathlib import Path
 
 from soarlab.config import load_params
+from soarlab.names.environment import TRIAL_LOGS_ENV
 from soarlab.schema import SoarConfig
-
-# Where a sweep trial wants the logs of a stage that failed: its temporary DVC workspace, and the
-# reports/logs folder in it, is deleted when `dvc exp run --temp` ends (soarlab.sweep.trial sets it).
-TRIAL_LOGS_ENV = "SOARLAB_TRIAL_LOGS"
 
 
 def run_stage_cli(args) -> int:
@@ -50,7 +47,7 @@ def _say_how_to_restore(exc: BaseException) -> None:
     import os
 
     from soarlab.errors import SoarError
-    from soarlab.parent_death import DVC_STAGE_ENV
+    from soarlab.names.environment import DVC_STAGE_ENV
 
     stage = os.environ.get(DVC_STAGE_ENV)
     if isinstance(exc, SoarError) and stage and _removes_outputs(stage):

@@ -19,6 +19,7 @@ from soarlab import speculative
 from soarlab.datasets.soar import file_sha256
 from soarlab.domain import LEVELS
 from soarlab.errors import SoarError
+from soarlab.names.mlflow_tags import ANSWERS_KEY_TAG
 from soarlab.paths import project_root
 from soarlab.schema import SoarConfig
 from soarlab.tracking import lossless, memo
@@ -26,7 +27,7 @@ from soarlab.tracking.durations import answer_reference_ahead
 from soarlab.tracking.pipeline_run import log_pipeline_run, rescore_run, run_with_inputs
 from soarlab.tracking.run_page import inputs_digest
 from soarlab.tracking.store import inputs_lock, open_store, sqlite_file, store_faults_named, tracking_uri
-from soarlab.tracking.tags import ANSWERS_KEY_TAG, run_context
+from soarlab.tracking.tags import run_context
 
 
 def run(cfg: SoarConfig, params_file: str | Path = "params.yaml") -> None:

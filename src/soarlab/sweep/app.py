@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from soarlab.errors import SoarError
+from soarlab.names.environment import SWEEP_ENV
 from soarlab.paths import project_root
-from soarlab.tracking.tags import SWEEP_TRIAL_ENV
 
 SWEEPS_DIR = "sweeps"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a valid part of a git ref (DVC experiment names)
@@ -103,7 +103,7 @@ def sweep_cli(args) -> int:
     if not {"-m", "--multirun", "--run", "-r", *_PRINT_ONLY} & set(argv):
         argv.insert(0, "--multirun")
     argv = add_overrides(argv, [f"hydra.sweep.dir={root / SWEEPS_DIR / name}",
-                                f"+hydra.job.env_set.{SWEEP_TRIAL_ENV['soarlab.sweep']}={name}"])
+                                f"+hydra.job.env_set.{SWEEP_ENV}={name}"])
     sys.argv = ["soarlab sweep", *argv]
     try:
         hydra.main(config_path=str(root / "conf"), config_name="sweep_app", version_base="1.3")(run_trial)()

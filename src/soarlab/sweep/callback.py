@@ -7,14 +7,14 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from soarlab.names.environment import SWEEP_ENV
 from soarlab.sweep.record import SweepRecord, experiment_name, summary_table, trial_label
 from soarlab.sweep.spec_gains import spec_gains_table
 from soarlab.tracking.store import tracking_uri
-from soarlab.tracking.tags import SWEEP_TRIAL_ENV
 
 
 def sweep_name(config: DictConfig) -> str:
-    return str(config.hydra.job.env_set[SWEEP_TRIAL_ENV["soarlab.sweep"]])
+    return str(config.hydra.job.env_set[SWEEP_ENV])
 
 
 class SweepProgress(Callback):

@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Iterator
 
 from soarlab.engines.sglang import JIT_CACHE_VARS  # one folder per GPU slot, reused by its next trial
-from soarlab.paths import STATE_DIR_ENV, state_dir
+from soarlab.names.environment import CUDA_DEVICES_ENV, STATE_DIR_ENV
+from soarlab.paths import state_dir
 
 
 def visible_gpus() -> list[str]:
     """The GPUs this process may use: CUDA_VISIBLE_DEVICES when a scheduler set it, else nvidia-smi's."""
-    assigned = os.environ.get("CUDA_VISIBLE_DEVICES")
+    assigned = os.environ.get(CUDA_DEVICES_ENV)
     if assigned is not None:
         return [gpu for gpu in assigned.split(",") if gpu.strip() and gpu.strip() != "-1"]
     if not shutil.which("nvidia-smi"):
@@ -84,5 +85,5 @@ def gpu_lease(cache_root: Path, poll_s: float = 2.0) -> Iterator[Lease]:
         env = {"TMPDIR": tmp, STATE_DIR_ENV: str(state_dir())}
         env.update({var: str(cache_root / slot / sub) for var, sub in JIT_CACHE_VARS.items()})
         if gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = gpu
+            env[CUDA_DEVICES_ENV] = gpu
         yield Lease(gpu, env)

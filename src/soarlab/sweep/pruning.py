@@ -15,7 +15,8 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from soarlab.atomic import write_json
-from soarlab.pruning import END, PRUNE_ENV, REPORTS, SOAR_PRUNER, decision_path
+from soarlab.names.environment import PRUNE_ENV
+from soarlab.pruning import END, REPORTS, SOAR_PRUNER, decision_path
 from soarlab.schema import SweepPruning
 
 JOURNAL = "pruning.journal"

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from soarlab.domain import LEVELS
+from soarlab.names.mlflow_tags import (
+    BEST_OVERRIDES_TAG, BEST_RUN_ID_TAG, COMMAND_TAG, FAILURE_TAG, PARENT_TAG, PRUNED_STEP_TAG, PRUNED_TAG, ROLE_TAG,
+    SWEEP_TAG, TRIAL_TAG, VARIES_TAG,
+)
 from soarlab.schema import SoarConfig
 from soarlab.tracking.store import open_store
-from soarlab.tracking.tags import PRUNED_TAG
 
-ROLE_TAG, SWEEP_TAG, TRIAL_TAG, FAILURE_TAG = "soarlab.role", "soarlab.sweep", "soarlab.trial", "soarlab.failure"
-PARENT_TAG = "mlflow.parentRunId"
-VARIES_TAG = "soarlab.sweep_varies"  # on the parent run: the keys the sweep varies (JSON list)
 _LINE_CHARS = 200
 
 
@@ -150,7 +150,7 @@ class SweepRecord:
             run_id = run.info.run_id
             for key, value in space.items():  # MLflow refuses '+' and '~' in a name (`+engine.server_args.x=...`)
                 self.client.log_param(run_id, f"space.{override_key(key)}", str(value)[:6000])
-            self.client.set_tag(run_id, "soarlab.command", " ".join(command))
+            self.client.set_tag(run_id, COMMAND_TAG, " ".join(command))
             self.client.log_dict(run_id, {"space": space, "command": list(command)}, "sweep/search_space.json")
         else:
             self.client.update_run(run_id, status="RUNNING")
@@ -210,7 +210,7 @@ class SweepRecord:
         """Mark the trial's run (made by its track stage) pruned: the reason, the step, its partial figures
         and the estimated evaluate time it saved."""
         self.client.set_tag(run_id, PRUNED_TAG, pruned["reason"][:5000])
-        self.client.set_tag(run_id, "soarlab.pruned_step", f"{pruned['step']} ({pruned['what']})")
+        self.client.set_tag(run_id, PRUNED_STEP_TAG, f"{pruned['step']} ({pruned['what']})")
         figures = {"value": pruned["value"], "elapsed_s": pruned["elapsed_s"], **pruned["figures"]}
         for name, value in figures.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -228,8 +228,8 @@ class SweepRecord:
         if best is not None:
             self.client.log_metric(parent, "best.final", float(best.final))
             self.client.log_metric(parent, "best.C", float(best.C))
-            self.client.set_tag(parent, "soarlab.best_overrides", " ".join(best.overrides))
-            self.client.set_tag(parent, "soarlab.best_run_id", best.run_id or "")
+            self.client.set_tag(parent, BEST_OVERRIDES_TAG, " ".join(best.overrides))
+            self.client.set_tag(parent, BEST_RUN_ID_TAG, best.run_id or "")
         self.client.log_metric(parent, "trials.finished", sum(r.failure is None for r in results))
         self.client.log_metric(parent, "trials.failed", sum(r.failure is not None for r in results))
         self.client.log_metric(parent, "trials.pruned", sum(r.pruned is not None for r in results))

@@ -26,16 +26,16 @@ from soarlab.config import plain
 from soarlab.engines.process import stop_process
 from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
+from soarlab.names.environment import PARENT_RUN_ENV, SWEEP_ENV, TRIAL_ENV, TRIAL_LABEL_ENV, TRIAL_LOGS_ENV
+from soarlab.names.mlflow_tags import GPU_TAG, SPEED_SET_TAG, TRIAL_ENDED_TAG, TRIAL_LOG_TAG, TRIAL_STARTED_TAG
 from soarlab.parent_death import set_parent_death_signal
 from soarlab.paths import project_root
-from soarlab.stages import TRIAL_LOGS_ENV
 from soarlab.schema import SoarConfig, validate, validate_sweep, validate_trial
 from soarlab.sweep.lease import gpu_lease, try_lock
 from soarlab.pruning import PrunedTrial
 from soarlab.sweep.pruning import TrialPruning, forget_pruned_evaluate, pruner_config
 from soarlab.sweep.record import SweepRecord, TrialResult, experiment_name, override_key, trial_key, trial_label
 from soarlab.tracking.durations import answer_reference_ahead
-from soarlab.tracking.tags import SPEED_SET_TAG, SWEEP_TRIAL_ENV, TRIAL_LABEL_ENV
 
 # Override keys that configure the sweep itself, not the pipeline: never handed to `dvc exp run -S`.
 _SWEEP_KEYS = ("hydra", "sweep", "trial")
@@ -208,7 +208,7 @@ def run_trial(cfg: DictConfig) -> float | PrunedTrial | None:
     pipeline = validate(OmegaConf.masked_copy(cfg, list(SoarConfig.model_fields)), "the trial's config")
     hydra_cfg = HydraConfig.get()
     root = project_root(hydra_cfg.runtime.cwd)
-    sweep = os.environ[SWEEP_TRIAL_ENV["soarlab.sweep"]]
+    sweep = os.environ[SWEEP_ENV]
     overrides = pipeline_overrides(hydra_cfg.overrides.task, trial.always, pipeline)
     key = trial_key(overrides)
     record = SweepRecord(pipeline, sweep)
@@ -226,8 +226,8 @@ def run_trial(cfg: DictConfig) -> float | PrunedTrial | None:
     started = time.time()
     with open(log_path, "a") as log, quantize_once(root, pipeline) as quantized, \
             gpu_lease(Path(trial.jit_cache_dir).expanduser()) as lease:
-        env = {**os.environ, **lease.env, SWEEP_TRIAL_ENV["mlflow.parentRunId"]: record.parent_id() or "",
-               SWEEP_TRIAL_ENV["soarlab.trial"]: key, TRIAL_LABEL_ENV: trial_label(overrides, varies),
+        env = {**os.environ, **lease.env, PARENT_RUN_ENV: record.parent_id() or "",
+               TRIAL_ENV: key, TRIAL_LABEL_ENV: trial_label(overrides, varies),
                TRIAL_LOGS_ENV: str(logs_dir.resolve()),
                **(pruning.env() if pruning else {})}
         remote = dvc_remote(root, trial.remote, env)
@@ -235,8 +235,8 @@ def run_trial(cfg: DictConfig) -> float | PrunedTrial | None:
                                      pull=remote is not None, on_poll=pruning.poll if pruning else None)
         if returncode == 0 and remote is not None:
             push_experiment(root, name, trial.git_remote, remote, env, log)
-    tags = {"soarlab.gpu": lease.gpu or "none", "soarlab.trial_started": f"{started:.3f}",
-            "soarlab.trial_ended": f"{time.time():.3f}", "soarlab.trial_log": str(log_path)}
+    tags = {GPU_TAG: lease.gpu or "none", TRIAL_STARTED_TAG: f"{started:.3f}",
+            TRIAL_ENDED_TAG: f"{time.time():.3f}", TRIAL_LOG_TAG: str(log_path)}
     result = _result(root, name, overrides, returncode, log_path, pipeline.paths.reports, trial.timeout_s)
     if pruning is not None:
         pruning.finish(result.objective)

@@ -12,10 +12,10 @@ from soarlab.bench.metrics import level_key
 from soarlab.config import plain
 from soarlab.domain import LEVELS
 from soarlab.errors import SoarError
+from soarlab.names.mlflow_tags import MODEL_TAG, SPEED_SET_TAG
 from soarlab.schema import SoarConfig
 from soarlab.tracking import memo
 from soarlab.tracking.store import open_store, store_not_made, store_stamp
-from soarlab.tracking.tags import SPEED_SET_TAG
 
 
 def recorded_durations(cfg: SoarConfig, speed_set_sha: str, run_id: str | None = None) -> list[dict[str, float]]:
@@ -24,7 +24,7 @@ def recorded_durations(cfg: SoarConfig, speed_set_sha: str, run_id: str | None =
     if run_id:
         runs = [client.get_run(run_id)]
     else:
-        query = f"tags.`soarlab.model` = '{cfg.model.name}' and tags.`{SPEED_SET_TAG}` = '{speed_set_sha}'"
+        query = f"tags.`{MODEL_TAG}` = '{cfg.model.name}' and tags.`{SPEED_SET_TAG}` = '{speed_set_sha}'"
         runs = client.search_runs([experiment_id], filter_string=query, max_results=5000)
     found = []
     for run in runs:

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Sequence
 
 from soarlab.accuracy.answers import compare_answers
+from soarlab.names.mlflow_tags import ANSWERS_KEY_TAG, SPEC_TAG
 from soarlab.tracking.params import incidental_key
-from soarlab.tracking.tags import ANSWERS_KEY_TAG, SPEC_TAG
 
 PREDICTIONS = "reports/accuracy/predictions.jsonl"  # the accuracy stage's answers, and their artifact path
 NOT_ANSWERS = ("spec.", "bench.", "score.", "package.")  # keys that cannot change a greedy answer

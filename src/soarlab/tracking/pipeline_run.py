@@ -14,13 +14,14 @@ from soarlab.atomic import is_temp_output
 from soarlab.config import flatten, params_data
 from soarlab.datasets.soar import file_sha256
 from soarlab.domain import LEVELS
+from soarlab.names.mlflow_tags import ANSWERS_KEY_TAG, CONFIG_NAME_TAG, INPUTS_DIGEST_TAG
 from soarlab.schema import SoarConfig
 from soarlab.tracking import run_page
 from soarlab.tracking.lossless import answers_key
 from soarlab.tracking.params import config_name, run_params, scored_name
 from soarlab.tracking.stage_times import pipeline_start_ms
 from soarlab.tracking.store import open_store
-from soarlab.tracking.tags import ANSWERS_KEY_TAG, CONFIG_NAME_TAG, recipe_markdown, run_tags
+from soarlab.tracking.tags import recipe_markdown, run_tags
 
 
 def _numbers(path: Path, prefix: str) -> Iterator[tuple[str, float]]:
@@ -49,7 +50,7 @@ def _in_temp_output(path: Path, reports: Path) -> bool:
 def run_with_inputs(cfg: SoarConfig, digest: str) -> str | None:
     """The id of a run already logged from exactly these inputs (a no-op re-run), or None."""
     client, experiment_id = open_store(cfg)
-    found = client.search_runs([experiment_id], filter_string=f"tags.`{run_page.INPUTS_DIGEST_TAG}` = '{digest}'", max_results=1)
+    found = client.search_runs([experiment_id], filter_string=f"tags.`{INPUTS_DIGEST_TAG}` = '{digest}'", max_results=1)
     return found[0].info.run_id if found else None
 
 
@@ -85,7 +86,7 @@ def log_pipeline_run(cfg: SoarConfig, reports: Path, params_file: Path, speed_se
 
     client, experiment_id = open_store(cfg)
     root = params_file.parent if root is None else root
-    tags = {**run_tags(cfg, speed_set_sha), **({run_page.INPUTS_DIGEST_TAG: inputs_digest} if inputs_digest else {})}
+    tags = {**run_tags(cfg, speed_set_sha), **({INPUTS_DIGEST_TAG: inputs_digest} if inputs_digest else {})}
     tags["mlflow.note.content"] = recipe_markdown(tags)
     config = params_data(params_file)  # as written: `0`, not the typed `0.0`
     correctness = root / cfg.paths.data / "correctness.jsonl"

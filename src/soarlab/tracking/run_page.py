@@ -17,11 +17,11 @@ from pathlib import Path
 import yaml
 
 from soarlab.datasets.soar import file_sha256
+from soarlab.names.mlflow_tags import DVC_EXPERIMENT_TAG, DVC_MD5_TAG, DVC_PATH_TAG, GIT_COMMIT_TAG
 from soarlab.schema import SoarConfig
 from soarlab.tracking.store import STAMP_REPORT
 from soarlab.tracking.tags import reproduction_steps
 
-INPUTS_DIGEST_TAG = "soarlab.inputs_digest"
 # MLflow stores a dataset digest in 36 characters; the full sha256 goes into the dataset's profile.
 _DIGEST_CHARS = 32
 
@@ -86,12 +86,12 @@ def log_checkpoint(client, experiment_id: str, run_id: str, cfg: SoarConfig, roo
     pointer = {
         "path": cfg.paths.quantized_model,
         "dvc_md5": out.get("md5"), "size_bytes": out.get("size"), "nfiles": out.get("nfiles"),
-        "git_commit": tags.get("git.commit"), "dvc_experiment": tags.get("dvc.experiment"),
+        "git_commit": tags.get(GIT_COMMIT_TAG), "dvc_experiment": tags.get(DVC_EXPERIMENT_TAG),
         "get_it": reproduction_steps(tags),
     }
     model = client.create_logged_model(
         experiment_id, name=f"checkpoint-{cfg.quant.name}", source_run_id=run_id, model_type="quantized checkpoint",
-        tags={"soarlab.dvc_path": pointer["path"], **({"soarlab.dvc_md5": out["md5"]} if out.get("md5") else {})},
+        tags={DVC_PATH_TAG: pointer["path"], **({DVC_MD5_TAG: out["md5"]} if out.get("md5") else {})},
         params={"quant.name": cfg.quant.name, "model.name": cfg.model.name},
     )
     with tempfile.TemporaryDirectory() as tmp:

@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 
 from soarlab.errors import SoarError, short_path
+from soarlab.names.mlflow_tags import EXPERIMENT_KIND_TAG
 from soarlab.paths import owning_project_root
 from soarlab.schema import SoarConfig
 
 # MLflow 3's UI opens an experiment on its GenAI pages unless this experiment tag says otherwise
 # (read by the experiment page in mlflow/server/js; "genai_development" is the other value).
-EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 RUNS_TABLE_KIND = "custom_model_development"
 
 

@@ -7,33 +7,27 @@ import os
 import platform
 import subprocess
 
+from soarlab.names.environment import (
+    COMPARE_ENV, CUDA_DEVICES_ENV, DVC_EXP_BASELINE_ENV, DVC_EXP_NAME_ENV, PARENT_RUN_ENV, SWEEP_ENV, TRIAL_ENV,
+    TRIAL_LABEL_ENV,
+)
+from soarlab.names.mlflow_tags import (
+    COMPARE_TAG, CUDA_DEVICES_TAG, DVC_BASELINE_TAG, DVC_EXPERIMENT_TAG, ENGINE_TAG, GIT_COMMIT_TAG, GIT_DIRTY_TAG,
+    MACHINE_TAG, MODEL_TAG, PARENT_TAG, QUANT_TAG, SPEC_TAG, SPEED_SET_TAG, SWEEP_TAG, TRIAL_TAG,
+)
 from soarlab.schema import SoarConfig
 
 # Tags a `soarlab sweep` trial hands to its pipeline's run through the environment (tag -> variable):
 # the parent run makes the run a child of the sweep's run in the MLflow UI.
-SWEEP_TRIAL_ENV = {
-    "mlflow.parentRunId": "SOARLAB_PARENT_RUN_ID",
-    "soarlab.sweep": "SOARLAB_SWEEP",
-    "soarlab.trial": "SOARLAB_TRIAL",
-    "soarlab.cuda_visible_devices": "CUDA_VISIBLE_DEVICES",
-}
-# What sets a sweep trial apart in its sweep (the overrides the sweep varies), handed to its run's name likewise.
-TRIAL_LABEL_ENV = "SOARLAB_TRIAL_LABEL"
-# The `soarlab compare --rerun` a run belongs to (soarlab.decide.rerun), through the environment likewise.
-COMPARE_ENV = "SOARLAB_COMPARE"
-MACHINE_TAG = "soarlab.machine"  # the host a run was measured on
-SPEED_SET_TAG = "soarlab.speed_set_sha"  # the content digest of the speed set the run was measured on
-SPEC_TAG = "soarlab.spec"  # the run's speculative-decoding preset (spec.name)
-ANSWERS_KEY_TAG = "soarlab.answers_key"  # the digest of what decides its answers (soarlab.tracking.lossless)
-CONFIG_NAME_TAG = "soarlab.config_name"  # the run's name without its scores (tracking.params.config_name)
-PRUNED_TAG = "soarlab.pruned"  # why a pruning sweep stopped the trial (set by soarlab.sweep.record)
+SWEEP_TRIAL_ENV = {PARENT_TAG: PARENT_RUN_ENV, SWEEP_TAG: SWEEP_ENV, TRIAL_TAG: TRIAL_ENV,
+                   CUDA_DEVICES_TAG: CUDA_DEVICES_ENV}
 
 
 def run_context() -> dict[str, str]:
     """The sweep trial this execution is (tag -> value; empty outside `soarlab sweep`): the sweep, its
     parent run and the trial. Not the GPU it got, which says where it ran, not what it is."""
     return {tag: os.environ[var] for tag, var in SWEEP_TRIAL_ENV.items()
-            if tag != "soarlab.cuda_visible_devices" and os.environ.get(var)}
+            if tag != CUDA_DEVICES_TAG and os.environ.get(var)}
 
 
 def trial_label() -> str:
@@ -50,33 +44,33 @@ def _git(*args: str) -> str:
 
 def run_tags(cfg: SoarConfig, speed_set_sha: str) -> dict[str, str]:
     tags = {
-        "git.commit": _git("rev-parse", "HEAD"),
+        GIT_COMMIT_TAG: _git("rev-parse", "HEAD"),
         # dvc.lock, params.yaml and score.json (a metric kept in git) are rewritten by the pipeline itself.
-        "git.dirty": str(bool(_git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!dvc.lock",
+        GIT_DIRTY_TAG: str(bool(_git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!dvc.lock",
                                    ":!params.yaml", f":!{cfg.paths.reports}/score.json"))),
-        "dvc.experiment": os.environ.get("DVC_EXP_NAME", ""),
-        "dvc.baseline_rev": os.environ.get("DVC_EXP_BASELINE_REV", ""),
-        "soarlab.model": cfg.model.name,
-        "soarlab.quant": cfg.quant.name,
-        "soarlab.engine": cfg.engine.name,
+        DVC_EXPERIMENT_TAG: os.environ.get(DVC_EXP_NAME_ENV, ""),
+        DVC_BASELINE_TAG: os.environ.get(DVC_EXP_BASELINE_ENV, ""),
+        MODEL_TAG: cfg.model.name,
+        QUANT_TAG: cfg.quant.name,
+        ENGINE_TAG: cfg.engine.name,
         SPEC_TAG: cfg.spec.name,
         SPEED_SET_TAG: speed_set_sha,
         # Between-run noise is a property of the machine (soarlab.decide.noise keeps a record per machine).
         MACHINE_TAG: platform.node(),
-        "soarlab.compare": os.environ.get(COMPARE_ENV, ""),
+        COMPARE_TAG: os.environ.get(COMPARE_ENV, ""),
         **{tag: os.environ.get(var, "") for tag, var in SWEEP_TRIAL_ENV.items()},
     }
     return {key: value for key, value in tags.items() if value}
 
 
 def reproduction_steps(tags: dict[str, str]) -> list[str]:
-    steps = [f"git checkout {tags.get('git.commit', '<commit>')}"]
-    if tags.get("dvc.experiment"):
-        steps.append(f"dvc exp apply {tags['dvc.experiment']}")
+    steps = [f"git checkout {tags.get(GIT_COMMIT_TAG, '<commit>')}"]
+    if tags.get(DVC_EXPERIMENT_TAG):
+        steps.append(f"dvc exp apply {tags[DVC_EXPERIMENT_TAG]}")
     steps += ["dvc pull  # or `dvc checkout` where the DVC cache holds the outputs", "dvc repro  # re-runs only what is missing"]
     return steps
 
 
 def recipe_markdown(tags: dict[str, str]) -> str:
     lines = "\n".join(f"    {step}" for step in reproduction_steps(tags))
-    return f"**Reproduce this run** (commit {tags.get('git.commit', '?')}, DVC experiment {tags.get('dvc.experiment') or 'none: dvc repro'}):\n\n{lines}\n"
+    return f"**Reproduce this run** (commit {tags.get(GIT_COMMIT_TAG, '?')}, DVC experiment {tags.get(DVC_EXPERIMENT_TAG) or 'none: dvc repro'}):\n\n{lines}\n"
