@@ -12,10 +12,11 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra_plugins.soarlab_optuna_sweeper.optuna_sweeper import distribution
 from conftest import ROOT
 from soarlab.config import compose
+from soarlab.experiments import failure_reason
 from soarlab.sweep.app import add_overrides, split_name
 from soarlab.sweep.lease import gpu_lease
 from soarlab.sweep.record import TrialResult, trial_key
-from soarlab.sweep.trial import failure_reason, pipeline_overrides
+from soarlab.sweep.trial import pipeline_overrides
 
 
 def test_hydra_sweep_syntax_becomes_optuna_distributions():
@@ -239,7 +240,7 @@ def test_experiments_get_a_git_identity_where_git_has_none(tmp_path):
     import os
     import subprocess
 
-    from soarlab.sweep.trial import git_identity_env
+    from soarlab.experiments import git_identity_env
 
     home = tmp_path / "home"
     home.mkdir()

@@ -20,6 +20,7 @@ from soarlab.schema import SoarConfig
 from soarlab.tracking.params import overrides_of
 from soarlab.decide.runs import RunRecord, load_runs
 from soarlab.errors import SoarError
+from soarlab.experiments import failure_reason, run_experiment
 from soarlab.names.environment import COMPARE_ENV
 from soarlab.names.mlflow_tags import COMPARE_TAG, DVC_EXPERIMENT_TAG
 from soarlab.paths import project_root
@@ -34,8 +35,6 @@ def rerun_overrides(run: RunRecord, token: str) -> list[str]:
 
 def rerun_pair(cfg: SoarConfig, a: RunRecord, b: RunRecord, n: int) -> tuple[list[RunRecord], list[RunRecord]]:
     """Run A and B `n` times each, A B A B ...; return their MLflow runs (A's, B's)."""
-    from soarlab.sweep.trial import failure_reason, run_experiment
-
     root = project_root()
     ident = "compare-" + hashlib.sha1(f"{a.run_id} {b.run_id} {time.time()}".encode()).hexdigest()[:8]
     log_path = root / ".dvc" / "tmp" / "compare" / f"{ident}.log"

@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -23,12 +22,11 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from soarlab.config import plain
-from soarlab.engines.process import stop_process
 from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
+from soarlab.experiments import experiment_file, experiment_score, failure_reason, run_experiment
 from soarlab.names.environment import PARENT_RUN_ENV, SWEEP_ENV, TRIAL_ENV, TRIAL_LABEL_ENV, TRIAL_LOGS_ENV
 from soarlab.names.mlflow_tags import GPU_TAG, SPEED_SET_TAG, TRIAL_ENDED_TAG, TRIAL_LOG_TAG, TRIAL_STARTED_TAG
-from soarlab.parent_death import set_parent_death_signal
 from soarlab.paths import project_root
 from soarlab.schema import SoarConfig, validate, validate_sweep, validate_trial
 from soarlab.sweep.lease import gpu_lease, try_lock
@@ -39,9 +37,7 @@ from soarlab.tracking.durations import answer_reference_ahead
 
 # Override keys that configure the sweep itself, not the pipeline: never handed to `dvc exp run -S`.
 _SWEEP_KEYS = ("hydra", "sweep", "trial")
-_EVALUATE_STAGE = "'evaluate'"  # how DVC's output names the first stage that needs the quantized model
 _ABSENT = object()
-_OOM_SIGNS = ("out of memory", "OutOfMemoryError", "MemoryError", "exited with -9", "Killed")
 
 
 def pipeline_overrides(task_overrides: Sequence[str], always: Sequence[str], cfg: SoarConfig) -> list[str]:
@@ -109,93 +105,6 @@ def push_experiment(root: Path, name: str, git_remote: str, remote: str, env: di
     if not pushed:
         print(f"[trial] warning: could not push {name} to git remote {git_remote!r} and DVC remote "
               f"{remote!r} (see {log.name}); its results stay on this machine", flush=True)
-
-
-def failure_reason(log_text: str, returncode: int) -> str:
-    lines = [line.strip() for line in log_text.splitlines() if line.strip()]
-    ours = [line.split("soarlab: error:", 1)[1].strip() for line in lines if "soarlab: error:" in line]
-    reason = ours[-1] if ours else next((line for line in reversed(lines) if line.startswith("ERROR")), "")
-    reason = reason or f"dvc exp run exited with {returncode}"
-    if any(sign in log_text for sign in _OOM_SIGNS):
-        reason = f"out of memory: {reason}"
-    return reason
-
-
-# Who DVC commits an experiment as where git knows no user (a fresh machine): a user's own identity wins.
-FALLBACK_GIT_IDENTITY = {"NAME": "SOAR Lab", "EMAIL": "soarlab@localhost"}
-
-
-def git_identity_env(root: Path, env: dict) -> dict:
-    """GIT_AUTHOR_* and GIT_COMMITTER_* (which DVC honours) where git has no user.name or user.email
-    configured: without them every `dvc exp run` fails with "Git user name and email must be configured"."""
-    def configured(key: str) -> bool:
-        return subprocess.run(["git", "config", key], cwd=root, env=env, capture_output=True).returncode == 0
-
-    if configured("user.name") and configured("user.email"):
-        return {}
-    return {f"GIT_{who}_{field}": value for who in ("AUTHOR", "COMMITTER")
-            for field, value in FALLBACK_GIT_IDENTITY.items() if f"GIT_{who}_{field}" not in env}
-
-
-def run_experiment(root: Path, name: str, overrides: Sequence[str], env: dict, timeout_s: float, log,
-                    on_quantized: Callable[[], None], pull: bool, on_poll: Callable[[], None] | None = None) -> int | None:
-    """`dvc exp run --temp` (`--pull`: take stages' outputs made elsewhere from the DVC remote); None
-    when it ran past `timeout_s`. Interrupted: stop it, then re-raise. `on_quantized` is called
-    once DVC reaches the evaluate stage, which needs the quantized model; `on_poll` at every poll
-    (a pruning sweep's decisions)."""
-    cmd = ["dvc", "--wait-for-lock", "exp", "run", "--temp", *(["--pull"] if pull else []), "--name", name,
-           *[a for o in overrides for a in ("-S", o)]]
-    log.write(f"$ {' '.join(cmd)}\n")
-    log.flush()
-    start = log.tell()
-    env = {**env, **git_identity_env(root, env)}
-    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            preexec_fn=_interrupt_when_orphaned)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while proc.poll() is None:
-            if time.monotonic() > deadline:
-                _interrupt(proc)
-                return None
-            if _EVALUATE_STAGE in Path(log.name).read_text(errors="replace")[start:]:
-                on_quantized()
-            if on_poll is not None:
-                on_poll()
-            time.sleep(2)
-        return proc.returncode
-    except BaseException:
-        _interrupt(proc)
-        raise
-
-
-def _interrupt_when_orphaned() -> None:
-    """In the child: SIGINT when this trial's process dies (even by SIGKILL), so DVC stops its stage."""
-    set_parent_death_signal(signal.SIGINT)
-
-
-def _interrupt(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
-    """SIGINT first, so stages stop their servers on the way out; then SIGTERM/SIGKILL the group."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGINT)
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        stop_process(proc, grace_s=15)
-
-
-def experiment_file(root: Path, name: str, path: str) -> str | None:
-    """A file as committed in experiment `name` (None when DVC saved no such file)."""
-    refs = subprocess.run(["git", "for-each-ref", "--format=%(refname)", "refs/exps/"], cwd=root,
-                          capture_output=True, text=True, check=True).stdout.split()
-    ref = next((r for r in refs if r.endswith(f"/{name}")), None)
-    shown = subprocess.run(["git", "show", f"{ref}:{path}"], cwd=root, capture_output=True, text=True)
-    return shown.stdout if ref and shown.returncode == 0 else None
-
-
-def experiment_score(root: Path, name: str, score_path: str) -> dict | None:
-    """reports/score.json as committed in experiment `name` (None when DVC saved no such file)."""
-    text = experiment_file(root, name, score_path)
-    return json.loads(text) if text is not None else None
 
 
 def run_trial(cfg: DictConfig) -> float | PrunedTrial | None:
