@@ -8,8 +8,8 @@ import math
 import pytest
 
 from soarlab.config import compose
-from soarlab.decide.calibration import fit, predict
-from soarlab.decide.runs import RunRecord
+from soarlab.prediction.calibration import fit, predict
+from soarlab.tracking.runs import RunRecord
 
 
 def _run(run_id: str, durations: dict, ori: float, official: dict | None = None, repeats: dict | None = None) -> RunRecord:

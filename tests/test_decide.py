@@ -174,9 +174,9 @@ def test_pareto_plot_merges_identical_configs_and_labels_never_overlap(lab, tmp_
     import dataclasses
 
     from soarlab.config import compose
-    from soarlab.decide.calibration import fit
+    from soarlab.prediction.calibration import fit
     from soarlab.decide.leaderboard import pareto_plot, rows
-    from soarlab.decide.runs import load_runs
+    from soarlab.tracking.runs import load_runs
 
     dest = lab["project"][0]
     cfg = compose([f"tracking.uri=sqlite:///{dest / 'mlflow.db'}"], root=dest)
@@ -259,8 +259,8 @@ def test_gate_exit_codes(lab):
 
 def test_two_submissions_fit_the_geometric_mean_ratio(lab):
     from soarlab.config import compose
-    from soarlab.decide.calibration import fit
-    from soarlab.decide.runs import load_runs
+    from soarlab.prediction.calibration import fit
+    from soarlab.tracking.runs import load_runs
 
     figures = {L: _local(lab, "fast2", L) * RATIOS_2[L] for L in RATIOS_2}
     _soarlab(["record-submission", "fast2", *[x for L in RATIOS_2 for x in (f"--{L}", repr(figures[L]))],

@@ -114,9 +114,9 @@ def _log_run(client, experiment_id: str, quant: str, serve: str | None, p95: flo
 
 def test_length_flag_fires_at_the_margin_and_gate_refuses(tmp_path, monkeypatch, capsys):
     from soarlab.decide import gate, lengths
-    from soarlab.decide.calibration import fit
+    from soarlab.prediction.calibration import fit
     from soarlab.decide.leaderboard import rows
-    from soarlab.decide.runs import load_runs
+    from soarlab.tracking.runs import load_runs
 
     client, uri = _store(tmp_path)
     experiment_id = client.create_experiment("soarlab")

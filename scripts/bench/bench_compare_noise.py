@@ -42,7 +42,7 @@ def one_run(delay_s: float, requests, bench) -> dict:
 
 
 def record(name: str, config: str, run: dict):
-    from soarlab.decide.runs import RunRecord
+    from soarlab.tracking.runs import RunRecord
 
     tags = {"soarlab.model": "loopback", "soarlab.speed_set_sha": "tiny", "soarlab.machine": "this"}
     return RunRecord(name, name, 0, tags, {"config": config}, run["metrics"], run["repeats"])
@@ -60,7 +60,7 @@ def main() -> None:
     from soarlab.bench.requests import BenchRequest
     from soarlab.config import compose
     from soarlab.decide.compare import level_difference
-    from soarlab.decide.noise import noise_record
+    from soarlab.prediction.noise import noise_record
     from soarlab.domain import LEVELS
 
     cfg = compose()

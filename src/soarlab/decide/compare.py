@@ -1,6 +1,6 @@
 """`soarlab compare A B [--rerun N]`: is B faster or slower than A at each level, beyond run-to-run noise?
 
-Per level, a Welch t interval at `decide.confidence` on log(B / A) of the run means (soarlab.decide.noise),
+Per level, a Welch t interval at `decide.confidence` on log(B / A) of the run means (soarlab.prediction.noise),
 shown in seconds relative to A's mean: wholly below 0 is "faster", wholly above 0 "slower", otherwise
 "within noise". The noise of a side is, in this order: the spread of its reruns (`--rerun N` runs both
 configurations N times, interleaved A B A B, each a fresh `dvc exp run` with its own server start,
@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass
 from typing import Sequence
 
 from soarlab.decide.lengths import flag as length_flag
-from soarlab.decide.noise import NoiseRecord, log_interval, side
-from soarlab.decide.runs import RunRecord
+from soarlab.prediction.noise import NoiseRecord, log_interval, side
+from soarlab.tracking.runs import RunRecord
 from soarlab.domain import LEVELS
 from soarlab.names.mlflow_tags import COMPARE_TAG, MACHINE_TAG
 from soarlab.schema import SoarConfig
@@ -128,9 +128,10 @@ def _describe(d: dict) -> str:
 
 
 def compare_cli(args) -> int:
-    from soarlab.decide.calibration import by_predicted_final, fit
-    from soarlab.decide.noise import noise_record
-    from soarlab.decide.runs import decide_config, load_runs, resolve
+    from soarlab.decide.runs import decide_config, resolve
+    from soarlab.prediction.calibration import by_predicted_final, fit
+    from soarlab.prediction.noise import noise_record
+    from soarlab.tracking.runs import load_runs
     from soarlab.errors import SoarError
 
     cfg = decide_config(args)

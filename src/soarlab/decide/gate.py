@@ -2,7 +2,7 @@
 
 Passes (exit 0) only when the low end of RUN's predicted official final beats the reference's
 high end by more than `min_gain` (each interval holds the run-to-run noise of the machine's noise
-record, soarlab.decide.noise), and RUN's C is settled (its ori interval stays in one band) in
+record, soarlab.prediction.noise), and RUN's C is settled (its ori interval stays in one band) in
 the same or a better band than the reference's, and its answers are not flagged as longer than the
 unquantized run's (soarlab.decide.lengths) unless --allow-long-answers. The reference of `submitted` is the platform's own
 figures (its final as recorded, else scored from its recorded durations and accuracy); of any
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import sys
 
-from soarlab.decide.calibration import Calibration, Prediction, by_predicted_final, fit, predict
+from soarlab.prediction.calibration import Calibration, Prediction, by_predicted_final, fit, predict
 from soarlab.decide.lengths import flag as length_flag
 from soarlab.schema import ScoreGroup
-from soarlab.decide.runs import RunRecord
+from soarlab.tracking.runs import RunRecord
 from soarlab.errors import SoarError
 from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
@@ -54,7 +54,8 @@ def decide(run: Prediction, reference: tuple[float, float, float], reference_c: 
 
 
 def gate_cli(args) -> int:
-    from soarlab.decide.runs import decide_config, load_runs, resolve
+    from soarlab.decide.runs import decide_config, resolve
+    from soarlab.tracking.runs import load_runs
 
     cfg = decide_config(args)
     against = args.against or cfg.decide.gate.against

@@ -3,7 +3,7 @@
 Each row: final (the local score against the fastest run on the same model and speed set), C and
 the ori interval, each level's duration with its spread over repeats, the predicted official final
 with its interval once a submission is recorded (ranked by it then), and the config keys that
-differ from the best run. Below it, each machine's noise record (soarlab.decide.noise): the between-run
+differ from the best run. Below it, each machine's noise record (soarlab.prediction.noise): the between-run
 CV per level and the number of runs behind it. The Pareto plot (soarlab.decide.pareto: performance
 against raw accuracy over the C bands) is written as a PNG and logged to MLflow beside the pipeline's
 runs, never among them (log_plot).
@@ -17,11 +17,11 @@ import json
 import sys
 from pathlib import Path
 
-from soarlab.decide.calibration import Calibration, fit, predict
+from soarlab.prediction.calibration import Calibration, fit, predict
 from soarlab.decide.lengths import flag as length_flag
 from soarlab.schema import SoarConfig
 from soarlab.tracking.params import config_delta
-from soarlab.decide.runs import RunRecord
+from soarlab.tracking.runs import RunRecord
 from soarlab.domain import LEVELS
 from soarlab.names.mlflow_tags import DVC_EXPERIMENT_TAG, KIND_TAG, NOTE_TAG, PRUNED_TAG, ROLE_TAG, SWEEP_TAG
 
@@ -139,7 +139,8 @@ def log_plot(client, experiment: str, sweep: str | None, plot: Path) -> str:
 
 
 def leaderboard_cli(args) -> int:
-    from soarlab.decide.runs import decide_config, load_runs
+    from soarlab.decide.runs import decide_config
+    from soarlab.tracking.runs import load_runs
     from soarlab.paths import project_root
 
     cfg = decide_config(args)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from soarlab.decide.runs import RunRecord
+from soarlab.tracking.runs import RunRecord
 from soarlab.names.mlflow_tags import MODEL_TAG
 from soarlab.schema import DecideLengths
 

@@ -2,7 +2,7 @@
 
 x is the raw accuracy (ori), not the normalized one, which the cap flattens at 100 for every run
 above the baseline; the C bands (score.c_table at the model's baseline) are shaded behind it.
-y is the performance (the weighted speed score). Runs of one configuration (soarlab.decide.noise's
+y is the performance (the weighted speed score). Runs of one configuration (soarlab.prediction.noise's
 config digest, on one model and speed set) are one point, labelled with what differs from the best run
 (`quant=gptq_w4`; the best one `best`) and their count. Error bars:
 x the ori bootstrap interval, y the performance interval from each level's run-to-run noise (the
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from soarlab.decide.noise import NoiseRecord, config_digest, side
+from soarlab.prediction.noise import NoiseRecord, config_digest, side
 from soarlab.schema import ScoreGroup, SoarConfig
-from soarlab.decide.runs import RunRecord
+from soarlab.tracking.runs import RunRecord
 from soarlab.domain import LEVELS
 from soarlab.names.mlflow_tags import MACHINE_TAG
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from soarlab.schema import SoarConfig
 from soarlab.tracking.params import overrides_of
-from soarlab.decide.runs import RunRecord, load_runs
+from soarlab.tracking.runs import RunRecord, load_runs
 from soarlab.errors import SoarError
 from soarlab.experiments import failure_reason, run_experiment
 from soarlab.names.environment import COMPARE_ENV

@@ -11,7 +11,7 @@ import math
 import sys
 import time
 
-from soarlab.decide.runs import OFFICIAL
+from soarlab.tracking.runs import OFFICIAL
 from soarlab.errors import SoarError
 from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
@@ -39,8 +39,9 @@ def check_figures(durations: dict[str, float | None], accuracy: float | None, fi
 def record_submission_cli(args) -> int:
     from mlflow.entities import Metric, RunTag
 
-    from soarlab.decide.calibration import by_predicted_final, fit, log_predictions
-    from soarlab.decide.runs import decide_config, load_runs, resolve
+    from soarlab.decide.runs import decide_config, resolve
+    from soarlab.prediction.calibration import by_predicted_final, fit, log_predictions
+    from soarlab.tracking.runs import load_runs
 
     cfg = decide_config(args)
     durations = {L: getattr(args, L) for L in LEVELS}

@@ -6,7 +6,7 @@ changed since, that run's score is updated instead, and said so (without loading
 was recorded: soarlab.tracking.memo), unless it is a sweep trial (each trial is a child run of its sweep);
 the look-up and the new run are one step under a lock, so concurrent tracks of the same inputs log
 one run. With official submissions recorded, the new run also gets the predicted official figures
-(soarlab.decide.calibration). Once logged, it answers the reference stage's question for the store as it
+(soarlab.prediction.calibration). Once logged, it answers the reference stage's question for the store as it
 is now (soarlab.tracking.durations), so that the next run's reference need not load MLflow."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def log_run(cfg: SoarConfig, params_file: str | Path) -> None:
                 speed_set_sha=speed_set_sha, inputs_digest=digest,
             )
     if not rescored:
-        from soarlab.decide.calibration import log_predictions  # scipy: loaded only when a run is logged
+        from soarlab.prediction.calibration import log_predictions  # scipy: loaded only when a run is logged
 
         log_predictions(cfg, [run_id])
         if speculative.enabled(cfg.spec):  # did speculative decoding change an answer?

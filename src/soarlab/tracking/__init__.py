@@ -12,4 +12,5 @@ they use tracking, never the reverse.
   run_page.py     datasets, the logged checkpoint, metric series, the digest of a run's inputs
   pipeline_run.py log one pipeline run; find a run with the same inputs
   durations.py    the per-level durations of recorded runs (the reference stage's best)
+  runs.py         pipeline runs read back, as the decide commands and the predictions read them
 """

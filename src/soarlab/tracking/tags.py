@@ -55,7 +55,7 @@ def run_tags(cfg: SoarConfig, speed_set_sha: str) -> dict[str, str]:
         ENGINE_TAG: cfg.engine.name,
         SPEC_TAG: cfg.spec.name,
         SPEED_SET_TAG: speed_set_sha,
-        # Between-run noise is a property of the machine (soarlab.decide.noise keeps a record per machine).
+        # Between-run noise is a property of the machine (soarlab.prediction.noise keeps a record per machine).
         MACHINE_TAG: platform.node(),
         COMPARE_TAG: os.environ.get(COMPARE_ENV, ""),
         **{tag: os.environ.get(var, "") for tag, var in SWEEP_TRIAL_ENV.items()},

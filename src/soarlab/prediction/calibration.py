@@ -3,7 +3,7 @@
 Durations, per level, in log space (ratios multiply, and a ratio's error is relative):
 - one submission: the ratio official/local of that run; its uncertainty is the run's own noise:
   the between-run CV of its machine's noise record, never less than its repeats show
-  (soarlab.decide.noise);
+  (soarlab.prediction.noise);
 - two or more: the geometric mean of the ratios, with the t interval of the mean log ratio
   (n-1 degrees of freedom).
 A run's predicted official duration is local x ratio; its interval adds, in log space, the
@@ -29,9 +29,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from soarlab.decide.noise import NoiseRecord, machine_records, side, t_quantile
+from soarlab.prediction.noise import NoiseRecord, machine_records, side, t_quantile
 from soarlab.schema import ScoreGroup, SoarConfig
-from soarlab.decide.runs import RunRecord
+from soarlab.tracking.runs import RunRecord
 from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
 from soarlab.names.mlflow_tags import MACHINE_TAG
@@ -198,7 +198,7 @@ def log_predictions(cfg: SoarConfig, run_ids: Sequence[str] | None = None) -> No
     Without a submission there is nothing to predict beyond the local score, so nothing is logged."""
     from mlflow.entities import Metric
 
-    from soarlab.decide.runs import fill_repeats, load_runs
+    from soarlab.tracking.runs import fill_repeats, load_runs
 
     client, _, runs = load_runs(cfg, with_repeats=False)
     if not any(r.submitted for r in runs):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from soarlab.tracking.params import incidental_key
-from soarlab.decide.runs import RunRecord
+from soarlab.tracking.runs import RunRecord
 from soarlab.domain import LEVELS
 from soarlab.names.mlflow_tags import MACHINE_TAG
 
