@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from soarlab.errors import SoarError
+from soarlab.paths import LOGS_DIR
 
 CLIS = ("docker", "podman")
 
@@ -171,7 +172,7 @@ def base_image_cli(args) -> int:
     cfg = compose(args.overrides or [])
     spec = cfg.package.cpu_image
     cli = container_cli(cfg.package.container_cli)
-    log = Path(cfg.paths.reports) / "logs" / "base-image.log"
+    log = Path(cfg.paths.reports) / LOGS_DIR / "base-image.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     made = ensure_cpu_base(cli, spec.base, spec.suite, spec.apt_sources, log, force=args.force)
     print(f"base image {spec.base}: {'made' if made else 'present'} ({cli.image_bytes(spec.base)} bytes, {cli.name})")

@@ -1,4 +1,5 @@
-"""Where the project's folders are, wherever a command runs from (also inside DVC's temp copies)."""
+"""Where the project's folders are, wherever a command runs from (also inside DVC's temp copies), and what
+the pipeline's files in them are named."""
 
 from __future__ import annotations
 
@@ -10,6 +11,20 @@ from soarlab.names.environment import DVC_ROOT_ENV, STATE_DIR_ENV
 
 # DVC runs queued/temp experiments in copies under this folder of the real project.
 _DVC_TEMP_EXPS = (".dvc", "tmp", "exps")
+
+# The pipeline's files and folders, each named once (dvc.yaml spells the same paths): in paths.data,
+SPEED_SET_FILE = "speed.jsonl"  # the speed set (fetch-data)
+CORRECTNESS_SET_FILE = "correctness.jsonl"  # the correctness set (fetch-data)
+# in paths.reports,
+SCORE_FILE = "score.json"  # the score (kept in git)
+REFERENCE_FILE = "reference.json"  # the durations the score measures against (reference)
+LOGS_DIR = "logs"  # the stages' and servers' logs (no DVC output)
+BENCH_DIR = "bench"  # evaluate's speed reports
+ACCURACY_DIR = "accuracy"  # evaluate's correctness reports
+# and in a stage's reports folder.
+METRICS_FILE = "metrics.json"  # its flat figures (dvc.yaml's `metrics:`, track's `<stage>.<name>`)
+PREDICTIONS_FILE = "predictions.jsonl"  # accuracy's: one answer per question
+PRUNED_FILE = "pruned.json"  # bench's, when a pruning sweep stopped evaluate: the step and why
 
 
 def project_root(start: str | Path | None = None) -> Path:
@@ -48,3 +63,13 @@ def state_dir() -> Path:
     """Where this user's runs on this machine keep what they share (port and GPU leases, the track lock
     of a tracking server): $SOARLAB_STATE_DIR, else <tmp>/soarlab-<uid>."""
     return Path(os.environ.get(STATE_DIR_ENV) or Path(tempfile.gettempdir()) / f"soarlab-{os.getuid()}")
+
+
+def level_report(bench_dir: Path, level: str) -> Path:
+    """A bench level's report (its figures) in the bench reports folder."""
+    return bench_dir / f"{level}.json"
+
+
+def level_requests(bench_dir: Path, level: str) -> Path:
+    """A bench level's per-request rows in the bench reports folder."""
+    return bench_dir / f"{level}.requests.jsonl"

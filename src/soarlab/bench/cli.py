@@ -14,6 +14,7 @@ from pathlib import Path
 from soarlab.bench.results import SpeedSetInfo
 from soarlab.engines.server import Server, http_request, served_models
 from soarlab.errors import SoarError
+from soarlab.paths import BENCH_DIR
 from soarlab.schema import BenchGroup
 
 
@@ -89,7 +90,7 @@ def bench_cli(args) -> int:
     from soarlab.datasets.speed import load_tokenizer
 
     cfg = compose(args.overrides)
-    bench, output_dir = cfg.bench, args.output_dir or str(Path(cfg.paths.reports) / "bench")
+    bench, output_dir = cfg.bench, args.output_dir or str(Path(cfg.paths.reports) / BENCH_DIR)
     base_url = args.url.rstrip("/")
     if not _reachable(base_url, bench.connect_timeout_s):
         raise SoarError(f"no server answers at {base_url} within {bench.connect_timeout_s:g} s (bench.connect_timeout_s)",

@@ -15,12 +15,13 @@ from soarlab.bench.metrics import METRICS, PER_REQUEST, TABLE, flat_metrics, val
 from soarlab.bench import server_metrics
 from soarlab.bench.results import LevelReport
 from soarlab.domain import LEVELS
+from soarlab.paths import METRICS_FILE, level_report, level_requests
 
 
 def write_level(output_dir: str | Path, report: LevelReport, rows: Sequence[dict]) -> None:
     out = Path(output_dir)
-    write_jsonl(out / f"{report.level}.requests.jsonl", rows)
-    write_json(out / f"{report.level}.json", report.to_dict())
+    write_jsonl(level_requests(out, report.level), rows)
+    write_json(level_report(out, report.level), report.to_dict())
 
 
 def read_level(path: str | Path) -> LevelReport:
@@ -28,9 +29,9 @@ def read_level(path: str | Path) -> LevelReport:
 
 
 def _levels_present(out: Path, levels: Sequence[str] | None) -> list[str]:
-    names = list(levels) if levels else [p.stem for p in out.glob("*.json") if p.stem != "metrics"]
+    names = list(levels) if levels else [p.stem for p in out.glob("*.json") if p.name != METRICS_FILE]
     order = {n: i for i, n in enumerate(LEVELS)}
-    return sorted((n for n in names if (out / f"{n}.json").is_file()), key=lambda n: (order.get(n, 99), n))
+    return sorted((n for n in names if level_report(out, n).is_file()), key=lambda n: (order.get(n, 99), n))
 
 
 def plot(reports: Sequence[LevelReport], rows_by_level: dict[str, list[dict]], target: Path) -> None:
@@ -70,15 +71,15 @@ def write_summary(output_dir: str | Path, levels: Sequence[str] | None = None, m
     """metrics.json and bench.png from the level reports present in output_dir. Returns the flat metrics."""
     out = Path(output_dir)
     names = _levels_present(out, levels)
-    reports = [read_level(out / f"{n}.json") for n in names]
+    reports = [read_level(level_report(out, n)) for n in names]
     flat = flat_metrics(reports)
     for report in reports:
         flat |= server_metrics.flat(report.level, report.server_metrics)
-    write_json(out / "metrics.json", flat)
+    write_json(out / METRICS_FILE, flat)
     if make_plot and reports:
         rows = {}
         for n in names:
-            path = out / f"{n}.requests.jsonl"
+            path = level_requests(out, n)
             rows[n] = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
         plot(reports, rows, out / "bench.png")
     return flat

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from soarlab.config import load_params
 from soarlab.names.environment import TRIAL_LOGS_ENV
+from soarlab.paths import LOGS_DIR
 from soarlab.schema import SoarConfig
 
 
@@ -33,7 +34,7 @@ def run_stage_cli(args) -> int:
         else:
             module.run(cfg)
     except BaseException as exc:
-        _keep_logs(Path(cfg.paths.reports) / "logs", exc)
+        _keep_logs(Path(cfg.paths.reports) / LOGS_DIR, exc)
         _say_how_to_restore(exc)
         raise
     # The MLflow run's start and end are the pipeline's: track reads these times back.

@@ -10,7 +10,9 @@ Writes reports/accuracy/summary.json    ori, normalized, C, per-task scores, boo
 from __future__ import annotations
 
 from soarlab.atomic import write_json, write_jsonl
-from soarlab.paths import project_root
+from soarlab.paths import (
+    ACCURACY_DIR, BENCH_DIR, CORRECTNESS_SET_FILE, METRICS_FILE, PREDICTIONS_FILE, project_root,
+)
 from soarlab.schema import SoarConfig
 
 
@@ -51,15 +53,15 @@ def run(cfg: SoarConfig, server=None) -> dict:
     from soarlab.engines import open_engine
 
     root = project_root()
-    data_file = root / cfg.paths.data / "correctness.jsonl"
+    data_file = root / cfg.paths.data / CORRECTNESS_SET_FILE
     model_dir = root / cfg.paths.quantized_model
-    out = root / cfg.paths.reports / "accuracy"
+    out = root / cfg.paths.reports / ACCURACY_DIR
     out.mkdir(parents=True, exist_ok=True)
     alone = server is None  # under `evaluate`, after_bench prints the lengths with the official pass's estimate
     with contextlib.nullcontext(server) if server else open_engine(cfg, model_dir, out / "server.log") as server:
         summary, records = evaluate(server, data_file, model_dir, cfg)
-    write_jsonl(out / "predictions.jsonl", records)
-    write_json(out / "metrics.json", flat_metrics(summary))
+    write_jsonl(out / PREDICTIONS_FILE, records)
+    write_json(out / METRICS_FILE, flat_metrics(summary))
     write_json(out / "summary.json", summary)
     for warning in summary["warnings"]:
         print(f"accuracy: warning: {warning}")
@@ -81,16 +83,16 @@ def after_bench(cfg: SoarConfig, server) -> dict:
     from soarlab.accuracy.scoring import flat_metrics
 
     root = project_root()
-    out = root / cfg.paths.reports / "accuracy"
+    out = root / cfg.paths.reports / ACCURACY_DIR
     summary = json.loads((out / "summary.json").read_text())
-    records = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines() if line.strip()]
-    bench_metrics = json.loads((root / cfg.paths.reports / "bench" / "metrics.json").read_text())
+    records = [json.loads(line) for line in (out / PREDICTIONS_FILE).read_text().splitlines() if line.strip()]
+    bench_metrics = json.loads((root / cfg.paths.reports / BENCH_DIR / METRICS_FILE).read_text())
     summary["lengths"]["official_pass"] = lengths.official_pass(records, bench_metrics, cfg.eval.official_pass)
     print(lengths.describe(summary["lengths"], summary["lengths"]["official_pass"]))
     if cfg.eval.after_load.questions:
-        summary["after_load"] = after_load.check(server, root / cfg.paths.data / "correctness.jsonl",
+        summary["after_load"] = after_load.check(server, root / cfg.paths.data / CORRECTNESS_SET_FILE,
                                                  root / cfg.paths.quantized_model, cfg, records)
         print(after_load.describe(summary["after_load"]))
-    write_json(out / "metrics.json", flat_metrics(summary))
+    write_json(out / METRICS_FILE, flat_metrics(summary))
     write_json(out / "summary.json", summary)
     return summary

@@ -11,12 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from soarlab.errors import SoarError, shorten
+from soarlab.paths import BENCH_DIR, LOGS_DIR, METRICS_FILE, PRUNED_FILE, SPEED_SET_FILE
 from soarlab.schema import SoarConfig
 
 
 def check_inputs(cfg: SoarConfig) -> tuple[Path, Path]:
     """(speed set, quantized model dir), or a SoarError naming the stage to run first."""
-    dataset = Path(cfg.paths.data) / "speed.jsonl"
+    dataset = Path(cfg.paths.data) / SPEED_SET_FILE
     model_dir = Path(cfg.paths.quantized_model)
     if not dataset.is_file():
         raise SoarError(f"{dataset} not found", "run the fetch-data stage first (dvc repro fetch-data)")
@@ -43,12 +44,12 @@ def run(cfg: SoarConfig, server=None, checkpoints=None) -> None:
     dataset, model_dir = check_inputs(cfg)
     tokenizer = load_tokenizer(str(model_dir))
     requests, info = prepare(dataset, tokenizer, bench)
-    out = Path(cfg.paths.reports) / "bench"
+    out = Path(cfg.paths.reports) / BENCH_DIR
     said: set[str] = set()  # what could not be sampled, said once for the run (server_metrics_lines)
     with atomic_dir(out) as tmp:
         try:
             with contextlib.nullcontext(server) if server else \
-                    open_engine(cfg, model_dir, Path(cfg.paths.reports) / "logs" / "bench-server.log") as server:
+                    open_engine(cfg, model_dir, Path(cfg.paths.reports) / LOGS_DIR / "bench-server.log") as server:
                 for level, concurrency in bench.levels.items():
                     with server.death_reported(f"bench level {level}"):
                         report, rows = run_level(server, requests, level, concurrency, bench, tokenizer, info,
@@ -72,6 +73,6 @@ def write_pruned(folder: Path, pruned) -> None:
     that score reads as "pruned, not scored"."""
     from soarlab.atomic import write_json
 
-    write_json(folder / "pruned.json", pruned.record())
-    write_json(folder / "metrics.json", {"pruned": 1, "pruned_step": pruned.step})
+    write_json(folder / PRUNED_FILE, pruned.record())
+    write_json(folder / METRICS_FILE, {"pruned": 1, "pruned_step": pruned.step})
     print(f"evaluate: pruned at step {pruned.step} ({pruned.what}): {pruned.reason}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from soarlab.paths import BENCH_DIR, LOGS_DIR
 from soarlab.schema import SoarConfig
 from soarlab.stages import accuracy, bench
 
@@ -28,7 +29,7 @@ def run(cfg: SoarConfig) -> None:
     checkpoints = Checkpoints.from_env()
     model_dir = Path(cfg.paths.quantized_model)
     pruned = None
-    with open_engine(cfg, model_dir, Path(cfg.paths.reports) / "logs" / "evaluate-server.log") as server:
+    with open_engine(cfg, model_dir, Path(cfg.paths.reports) / LOGS_DIR / "evaluate-server.log") as server:
         with server.death_reported("accuracy"):
             summary = accuracy.run(cfg, server)
         try:
@@ -39,6 +40,6 @@ def run(cfg: SoarConfig) -> None:
             bench.run(cfg, server, checkpoints)
             accuracy.after_bench(cfg, server)  # the official pass's time at this speed; the answers after load
     if pruned is not None:  # the server has stopped: the bench levels are not run
-        with atomic_dir(Path(cfg.paths.reports) / "bench") as tmp:
+        with atomic_dir(Path(cfg.paths.reports) / BENCH_DIR) as tmp:
             bench.write_pruned(tmp, pruned)
     checkpoints.end()

@@ -15,7 +15,7 @@ from soarlab.atomic import atomic_path, write_jsonl
 from soarlab.datasets.correctness import fetch_correctness_set, read_correctness_set
 from soarlab.datasets.soar import read_speed_set
 from soarlab.errors import SoarError
-from soarlab.paths import project_root
+from soarlab.paths import CORRECTNESS_SET_FILE, SPEED_SET_FILE, project_root
 from soarlab.schema import BenchGroup, SoarConfig
 
 
@@ -57,6 +57,6 @@ def run(cfg: SoarConfig) -> None:
     root = project_root()
     data = root / cfg.paths.data
     tokenizer_of = functools.cache(lambda: load_tokenizer(str(root / cfg.paths.base_model)))  # after a file's own checks
-    write_speed_set(cfg.bench, tokenizer_of, data / "speed.jsonl")
-    fetch_correctness_set(cfg.eval.dataset, data / "correctness.jsonl")
-    check_questions(data / "correctness.jsonl", tokenizer_of())
+    write_speed_set(cfg.bench, tokenizer_of, data / SPEED_SET_FILE)
+    fetch_correctness_set(cfg.eval.dataset, data / CORRECTNESS_SET_FILE)
+    check_questions(data / CORRECTNESS_SET_FILE, tokenizer_of())

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from soarlab.atomic import atomic_dir, write_json
-from soarlab.paths import project_root
+from soarlab.paths import METRICS_FILE, project_root
 from soarlab.schema import SoarConfig
 
 NO_DRAFT = "NO_DRAFT"  # the one file of the folder when no draft is used
@@ -44,6 +44,6 @@ def run(cfg: SoarConfig) -> Path:
         hub.validate_model_dir(target)
     files = [p for p in target.rglob("*") if p.is_file()] if fetched else []
     draft_bytes = sum(p.stat().st_size for p in files)
-    write_json(root / cfg.paths.reports / "fetch-draft" / "metrics.json", {"draft_bytes": draft_bytes, "draft_files": len(files)})
+    write_json(root / cfg.paths.reports / "fetch-draft" / METRICS_FILE, {"draft_bytes": draft_bytes, "draft_files": len(files)})
     print(f"fetch-draft: {target} ({draft_bytes} bytes)" if fetched else f"fetch-draft: no draft (spec={cfg.spec.name} uses none)")
     return target

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from soarlab.atomic import write_json
-from soarlab.paths import project_root
+from soarlab.paths import METRICS_FILE, project_root
 from soarlab.schema import SoarConfig
 
 
@@ -29,7 +29,7 @@ def run(cfg: SoarConfig) -> Path:
         hub.fetch_model(cfg.model, target)
     hub.validate_model_dir(target)
     files = [p for p in target.rglob("*") if p.is_file()]
-    write_json(root / cfg.paths.reports / "fetch-model" / "metrics.json", {
+    write_json(root / cfg.paths.reports / "fetch-model" / METRICS_FILE, {
         "model_bytes": sum(p.stat().st_size for p in files),
         "model_files": len(files),
         "seconds": round(time.monotonic() - t0, 3),

@@ -39,7 +39,7 @@ from soarlab.config import to_yaml
 from soarlab.errors import SoarError
 from soarlab.package import TEMPLATES, checks, render
 from soarlab.package.image import write_dockerfiles
-from soarlab.paths import project_root
+from soarlab.paths import LOGS_DIR, METRICS_FILE, project_root
 from soarlab.schema import ExternalEngine, SGLangEngine, SoarConfig
 
 SAFE_TOKEN = re.compile(r"^[A-Za-z0-9_./:=,+@%-]+$")
@@ -133,7 +133,7 @@ def build_and_time(cfg: SoarConfig, out: Path) -> tuple[dict, str]:
                         "use engine=transformers (CPU image) or engine=sglang (GPU image), or package.build_image=false")
     cli = container_cli(cfg.package.container_cli)
     # Logs are written outside the atomic output, so that a failure leaves them behind; copied in on success.
-    logs = Path(cfg.paths.reports) / "logs"
+    logs = Path(cfg.paths.reports) / LOGS_DIR
     logs.mkdir(parents=True, exist_ok=True)
     (logs / "package-build.log").unlink(missing_ok=True)
     build_s = build(cli, cfg, spec, out, logs / "package-build.log")
@@ -204,7 +204,7 @@ def run(cfg: SoarConfig) -> Path:
         else:
             metrics, why = build_and_time(cfg, tmp)
         n_files = sum(1 for p in sub.rglob("*") if p.is_file())
-        write_json(tmp / "metrics.json", {
+        write_json(tmp / METRICS_FILE, {
             "tarball_bytes": size, "submission_files": n_files, "size_limit_bytes": limit, "draft_bytes": draft_bytes,
             "draft_share_of_limit": round(draft_bytes / limit, 6), **metrics,
         })

@@ -10,7 +10,7 @@ stage prints one line, and the preset's warnings.
 from __future__ import annotations
 
 from soarlab.atomic import write_json
-from soarlab.paths import project_root
+from soarlab.paths import METRICS_FILE, project_root
 from soarlab.schema import SoarConfig
 
 LIBRARY_LOG = "gptqmodel.log"  # in reports/quantize/
@@ -26,7 +26,7 @@ def run(cfg: SoarConfig) -> dict:
     report = quantize_checkpoint(root / cfg.paths.base_model, root / cfg.paths.quantized_model, cfg.quant,
                                  model_name=cfg.model.name, root=root, library_log=log)
     write_json(out / "report.json", report)
-    write_json(out / "metrics.json", report["metrics"])
+    write_json(out / METRICS_FILE, report["metrics"])
     for warning in report["warnings"]:
         print(f"quantize: warning: {warning}")
     m = report["metrics"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from soarlab.atomic import write_json
 from soarlab.datasets.soar import file_sha256
-from soarlab.paths import project_root
+from soarlab.paths import REFERENCE_FILE, SPEED_SET_FILE, project_root
 from soarlab.schema import SoarConfig
 from soarlab.tracking.durations import remembered_reference
 from soarlab.tracking.store import store_faults_named
@@ -22,7 +22,7 @@ from soarlab.tracking.store import store_faults_named
 def run(cfg: SoarConfig) -> None:
     root = project_root()
     with store_faults_named(cfg):
-        result, remembered = remembered_reference(cfg, file_sha256(root / cfg.paths.data / "speed.jsonl"))
-    write_json(root / cfg.paths.reports / "reference.json", result)
+        result, remembered = remembered_reference(cfg, file_sha256(root / cfg.paths.data / SPEED_SET_FILE))
+    write_json(root / cfg.paths.reports / REFERENCE_FILE, result)
     how = "; remembered, the store unchanged since" if remembered else ""
     print(f"reference ({result['source']}, {result['runs']} run(s){how}): {result['durations']}")

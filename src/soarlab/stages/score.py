@@ -14,7 +14,9 @@ from soarlab.errors import SoarError
 from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
 from soarlab.metrics.scoring import final_score
-from soarlab.paths import project_root
+from soarlab.paths import (
+    ACCURACY_DIR, BENCH_DIR, METRICS_FILE, PRUNED_FILE, REFERENCE_FILE, SCORE_FILE, project_root,
+)
 from soarlab.schema import SoarConfig
 
 
@@ -36,14 +38,14 @@ def best_durations(reference: dict, durations: dict[str, float]) -> dict[str, fl
 def run(cfg: SoarConfig) -> None:
     root = project_root()
     reports = root / cfg.paths.reports
-    bench = _read(reports / "bench" / "metrics.json")
+    bench = _read(reports / BENCH_DIR / METRICS_FILE)
     if bench.get("pruned"):  # a pruning sweep stopped evaluate (reports/bench/pruned.json): never scored, never best
-        pruned = _read(reports / "bench" / "pruned.json")
-        write_json(reports / "score.json", {"valid": 0, "pruned": 1, "pruned_step": pruned["step"],
+        pruned = _read(reports / BENCH_DIR / PRUNED_FILE)
+        write_json(reports / SCORE_FILE, {"valid": 0, "pruned": 1, "pruned_step": pruned["step"],
                                             "pruned_reason": pruned["reason"], "final": None})
         print(f"score: pruned ({pruned['reason']}); no score")
         return
-    accuracy = _read(reports / "accuracy" / "metrics.json")
+    accuracy = _read(reports / ACCURACY_DIR / METRICS_FILE)
     durations = {level: bench.get(level_key(level, "duration_s")) for level in LEVELS}
     invalid = [level for level in LEVELS if not durations[level] or not bench.get(level_key(level, "valid"), 1)]
     base = {level_key(level, "duration_s"): durations[level] for level in LEVELS}
@@ -51,14 +53,14 @@ def run(cfg: SoarConfig) -> None:
         # An invalid level is reported, never scored (RULES.md 2: failed or short requests).
         result = {**base, "valid": 0, "invalid_levels": invalid, "final": None}
         if len(invalid) == len(LEVELS):  # nothing was measured: a failure, never a result to log
-            write_json(reports / "score.json", result)
+            write_json(reports / SCORE_FILE, result)
             raise SoarError("every bench level is invalid (their reasons: reports/bench/<level>.json); nothing to score",
                             "fix what failed the requests (the server's log: reports/logs/), then `dvc repro`")
         print(f"score: levels {', '.join(invalid)} are invalid (see reports/bench); no score")
     else:
-        best = best_durations(_read(reports / "reference.json"), durations)
+        best = best_durations(_read(reports / REFERENCE_FILE), durations)
         score = final_score(durations, best, accuracy["ori_accuracy"], cfg.model.baseline_accuracy, cfg.score)
         result = {**score, **base, **{f"{level}_best_s": best[level] for level in LEVELS}, "valid": 1}
         print(f"score: final {score['final']} (C {score['C']}, ori {score['ori_accuracy']}; "
               + ", ".join(f"{level} {score[level]}" for level in LEVELS) + ")")
-    write_json(reports / "score.json", result)
+    write_json(reports / SCORE_FILE, result)

@@ -20,7 +20,7 @@ from soarlab.datasets.soar import file_sha256
 from soarlab.domain import LEVELS
 from soarlab.errors import SoarError
 from soarlab.names.mlflow_tags import ANSWERS_KEY_TAG
-from soarlab.paths import project_root
+from soarlab.paths import ACCURACY_DIR, PREDICTIONS_FILE, SCORE_FILE, SPEED_SET_FILE, project_root
 from soarlab.schema import SoarConfig
 from soarlab.tracking import lossless, memo
 from soarlab.tracking.durations import answer_reference_ahead
@@ -39,7 +39,7 @@ def run(cfg: SoarConfig, params_file: str | Path = "params.yaml") -> None:
 def log_run(cfg: SoarConfig, params_file: str | Path) -> None:
     root = project_root()
     reports, params_file = root / cfg.paths.reports, Path(params_file).resolve()  # as the CLI read it
-    refuse_unmeasured(reports / "score.json")
+    refuse_unmeasured(reports / SCORE_FILE)
     digest = inputs_digest(reports, params_file, run_context())
     remembered = memo.recall(cfg, "track", digest)  # the store unchanged since, so its reference and score: MLflow need not load
     with contextlib.nullcontext() if remembered else inputs_lock(cfg):  # the check and the run it creates as one step
@@ -49,7 +49,7 @@ def log_run(cfg: SoarConfig, params_file: str | Path) -> None:
             memo.remember(cfg, "track", digest, run_id)
             print(f"MLflow run {run_id} already holds these inputs and results (nothing re-ran): no new run logged")
             return
-        speed_set = root / cfg.paths.data / "speed.jsonl"
+        speed_set = root / cfg.paths.data / SPEED_SET_FILE
         speed_set_sha = file_sha256(speed_set) if speed_set.is_file() else ""
         if rescored:
             print(f"MLflow run {run_id} holds this measurement already (restored from DVC's run cache): its score "
@@ -84,7 +84,7 @@ def check_lossless(cfg: SoarConfig, run_id: str, reports: Path) -> dict:
     """This run's answers against those of the same configuration with spec=none (soarlab.tracking.lossless)."""
     client, experiment_id = open_store(cfg)
     key = client.get_run(run_id).data.tags[ANSWERS_KEY_TAG]
-    return lossless.check(client, experiment_id, run_id, key, reports / "accuracy" / "predictions.jsonl")
+    return lossless.check(client, experiment_id, run_id, key, reports / ACCURACY_DIR / PREDICTIONS_FILE)
 
 
 def runs_table_url(cfg: SoarConfig, run_id: str) -> str:

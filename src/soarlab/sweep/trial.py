@@ -27,7 +27,7 @@ from soarlab.domain import LEVELS
 from soarlab.experiments import experiment_file, experiment_score, failure_reason, run_experiment
 from soarlab.names.environment import PARENT_RUN_ENV, SWEEP_ENV, TRIAL_ENV, TRIAL_LABEL_ENV, TRIAL_LOGS_ENV
 from soarlab.names.mlflow_tags import GPU_TAG, SPEED_SET_TAG, TRIAL_ENDED_TAG, TRIAL_LOG_TAG, TRIAL_STARTED_TAG
-from soarlab.paths import project_root
+from soarlab.paths import SCORE_FILE, project_root
 from soarlab.schema import SoarConfig, validate, validate_sweep, validate_trial
 from soarlab.sweep.lease import gpu_lease, try_lock
 from soarlab.pruning import PrunedTrial
@@ -178,9 +178,9 @@ def _result(root: Path, name: str, overrides: list[str], returncode: int | None,
         return TrialResult(overrides, failure=f"timeout: still running after {timeout_s:.0f} s (trial.timeout_s)")
     if returncode != 0:
         return TrialResult(overrides, failure=failure_reason(log_path.read_text(errors="replace"), returncode))
-    score = experiment_score(root, name, f"{reports}/score.json")
+    score = experiment_score(root, name, f"{reports}/{SCORE_FILE}")
     if score is None:
-        return TrialResult(overrides, failure=f"experiment {name} has no {reports}/score.json")
+        return TrialResult(overrides, failure=f"experiment {name} has no {reports}/{SCORE_FILE}")
     if score.get("pruned"):
         return TrialResult(overrides, pruned=score["pruned_reason"])
     durations = {lvl: score.get(level_key(lvl, "duration_s")) for lvl in LEVELS}

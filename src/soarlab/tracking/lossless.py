@@ -19,9 +19,10 @@ from typing import Sequence
 
 from soarlab.accuracy.answers import compare_answers
 from soarlab.names.mlflow_tags import ANSWERS_KEY_TAG, SPEC_TAG
+from soarlab.paths import ACCURACY_DIR, PREDICTIONS_FILE
 from soarlab.tracking.params import incidental_key
 
-PREDICTIONS = "reports/accuracy/predictions.jsonl"  # the accuracy stage's answers, and their artifact path
+PREDICTIONS = f"reports/{ACCURACY_DIR}/{PREDICTIONS_FILE}"  # the accuracy stage's answers, as track logs them
 NOT_ANSWERS = ("spec.", "bench.", "score.", "package.")  # keys that cannot change a greedy answer
 SHOWN = 5  # changed questions named in the printed line; the artifact lists them all
 

@@ -18,6 +18,9 @@ import yaml
 
 from soarlab.datasets.soar import file_sha256
 from soarlab.names.mlflow_tags import DVC_EXPERIMENT_TAG, DVC_MD5_TAG, DVC_PATH_TAG, GIT_COMMIT_TAG
+from soarlab.paths import (
+    BENCH_DIR, CORRECTNESS_SET_FILE, LOGS_DIR, REFERENCE_FILE, SCORE_FILE, SPEED_SET_FILE, level_report, level_requests,
+)
 from soarlab.schema import SoarConfig
 from soarlab.tracking.store import STAMP_REPORT
 from soarlab.tracking.tags import reproduction_steps
@@ -37,7 +40,7 @@ def inputs_digest(reports: Path, params_file: Path, context: dict[str, str]) -> 
     sweep's, even where its results equal an earlier run's (all its stages came from DVC's cache)."""
     digest = hashlib.sha256(params_file.read_bytes())
     digest.update(json.dumps(context, sort_keys=True).encode())
-    skipped = {("logs",), ("reference.json",), ("score.json",), STAMP_REPORT}  # path parts under reports/
+    skipped = {(LOGS_DIR,), (REFERENCE_FILE,), (SCORE_FILE,), STAMP_REPORT}  # path parts under reports/
 
     def is_skipped(path: Path) -> bool:
         parts = path.relative_to(reports).parts
@@ -51,7 +54,7 @@ def inputs_digest(reports: Path, params_file: Path, context: dict[str, str]) -> 
 def dataset_inputs(cfg: SoarConfig, data_dir: Path) -> list:
     from mlflow.entities import Dataset, DatasetInput, InputTag
 
-    sets = (("speed", "speed set", data_dir / "speed.jsonl"), ("correctness", "correctness set", data_dir / "correctness.jsonl"))
+    sets = (("speed", "speed set", data_dir / SPEED_SET_FILE), ("correctness", "correctness set", data_dir / CORRECTNESS_SET_FILE))
     inputs = []
     for context, name, path in sets:
         if not path.is_file():
@@ -127,7 +130,7 @@ def bench_series(reports: Path, levels, now_ms: int) -> list:
 
     metrics, gpu_steps = [], 0
     for level in levels:
-        report = reports / "bench" / f"{level}.json"
+        report = level_report(reports / BENCH_DIR, level)
         if not report.is_file():
             continue
         data = json.loads(report.read_text())
@@ -135,7 +138,7 @@ def bench_series(reports: Path, levels, now_ms: int) -> list:
             metrics.append(Metric(f"bench.{level}_repeat_duration_s", float(value), now_ms, step))
         metrics += gpu_series(data, gpu_steps)
         gpu_steps += len((data.get("server_metrics") or {}).get("gpu") or [])
-        rows = reports / "bench" / f"{level}.requests.jsonl"
+        rows = level_requests(reports / BENCH_DIR, level)
         lines = rows.read_text().splitlines() if rows.is_file() else []
         latencies = [json.loads(line).get("latency_s") for line in lines if line.strip()]
         metrics += [Metric(f"bench.{level}_request_latency_s", float(v), now_ms, i) for i, v in enumerate(latencies) if v is not None]

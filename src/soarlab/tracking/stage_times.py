@@ -7,7 +7,9 @@ import json
 import time
 from pathlib import Path
 
-STAGE_TIMES = Path("logs") / "stages.jsonl"  # under the reports folder; not a DVC output
+from soarlab.paths import LOGS_DIR
+
+STAGE_TIMES = Path(LOGS_DIR) / "stages.jsonl"  # under the reports folder; not a DVC output
 
 
 def record_stage_time(reports: Path, stage: str, start: float, end: float) -> None:

@@ -15,6 +15,7 @@ from soarlab.names.mlflow_tags import (
     COMPARE_TAG, CUDA_DEVICES_TAG, DVC_BASELINE_TAG, DVC_EXPERIMENT_TAG, ENGINE_TAG, GIT_COMMIT_TAG, GIT_DIRTY_TAG,
     MACHINE_TAG, MODEL_TAG, PARENT_TAG, QUANT_TAG, SPEC_TAG, SPEED_SET_TAG, SWEEP_TAG, TRIAL_TAG,
 )
+from soarlab.paths import SCORE_FILE
 from soarlab.schema import SoarConfig
 
 # Tags a `soarlab sweep` trial hands to its pipeline's run through the environment (tag -> variable):
@@ -47,7 +48,7 @@ def run_tags(cfg: SoarConfig, speed_set_sha: str) -> dict[str, str]:
         GIT_COMMIT_TAG: _git("rev-parse", "HEAD"),
         # dvc.lock, params.yaml and score.json (a metric kept in git) are rewritten by the pipeline itself.
         GIT_DIRTY_TAG: str(bool(_git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!dvc.lock",
-                                   ":!params.yaml", f":!{cfg.paths.reports}/score.json"))),
+                                   ":!params.yaml", f":!{cfg.paths.reports}/{SCORE_FILE}"))),
         DVC_EXPERIMENT_TAG: os.environ.get(DVC_EXP_NAME_ENV, ""),
         DVC_BASELINE_TAG: os.environ.get(DVC_EXP_BASELINE_ENV, ""),
         MODEL_TAG: cfg.model.name,
