@@ -193,7 +193,7 @@ def test_pareto_plot_merges_identical_configs_and_labels_never_overlap(lab, tmp_
     assert merged.perf_low < merged.performance < merged.perf_high  # the noise record's spread
     assert merged.ori == lab["client"].get_run(lab["runs"]["fast1"].info.run_id).data.metrics["accuracy.ori_accuracy"]
     # Crowded: each run as 5 configurations (one key changed; the pairs still merge), ten labels at two points.
-    crowd = [dataclasses.replace(r, run_id=f"{r.run_id[:-2]}{i:02d}", params={**r.params, "bench.seed": str(i)})
+    crowd = [dataclasses.replace(r, run_id=f"{r.run_id[:-2]}{i:02d}", config={**r.config, "bench.seed": str(i)})
              for r in runs for i in range(5)]
     found, boxes = pareto_plot(rows(crowd, fit(crowd, cfg), cfg), crowd, cfg, {}, tmp_path / "crowd.png")
     assert len(found) == len(boxes) == 10
