@@ -22,6 +22,7 @@ import yaml
 
 from soarlab.bench.loopback import LoopbackServer
 from soarlab.datasets.soar import file_sha256
+from soarlab.tracking import runs_view
 
 from conftest import LOOPBACK_PIPELINE, make_project, run_in, soarlab_in
 
@@ -80,9 +81,10 @@ def test_mlflow_reads_what_the_ui_shows(lab):
     dest = lab["project"][0]
     client, runs = lab["client"], lab["runs"]
     assert lab["experiment"].tags["mlflow.experimentKind"] == "custom_model_development"
+    assert runs_view.is_current(lab["experiment"].tags[runs_view.VIEW_TAG])  # the runs table's score columns
     assert lab["count"] == 4 and "no new run logged" in lab["noop"]  # the no-op `dvc repro` added no run
     fast, slow = runs["fast1"], runs["slow"]
-    # The runs table shows the name and hides metric columns: the name leads with the configuration, then its scores.
+    # The name leads with the configuration, then its scores (the runs table hides metric columns outside its score view).
     assert fast.data.tags["soarlab.config_name"] == "none · engine=external, bench.pause_after_flush_s=0, eval.retries=0"
     assert slow.data.tags["soarlab.config_name"].endswith("bench.pause_after_flush_s=0, bench.warmup_max_tokens=16, eval.retries=0")
     for run in (fast, slow):
