@@ -76,6 +76,9 @@ def test_params_are_the_configuration_and_the_composed_config_is_an_artifact(pro
     logged = client.download_artifacts(run_id, run.data.tags["soarlab.config"], str(tmp_path / "dl"))
     assert yaml.safe_load(open(logged).read()) == composed_data(overrides, root=root)
     assert dict(LoggedConfig(run)) == run_params(composed_data(overrides, root=root))
+    earlier = client.create_run(run.info.experiment_id).info.run_id  # logged before: the whole config in its params
+    client.log_param(earlier, "quant.name", "none")
+    assert dict(LoggedConfig(client.get_run(earlier))) == {"quant.name": "none"}
     experiment = client.get_experiment(run.info.experiment_id)
     view = json.loads(json.loads(experiment.tags["mlflow.sharedViewState.soarlab-scores"])["state"])
     columns = [c.removeprefix("metrics.`").removesuffix("`") for c in view["selectedColumns"] if c.startswith("metrics.")]
