@@ -1,6 +1,7 @@
-"""Log one pipeline execution as an MLflow run, from the files the stages wrote: the composed config as
-flattened params, every `reports/**/metrics.json` as metrics (prefixed by its folder, e.g.
-`bench.S1_duration_s`), `reports/score.json`, all report files as artifacts, and the tags of tags.py.
+"""Log one pipeline execution as an MLflow run, from the files the stages wrote: as params what describes
+the configuration (tracking.params.table_params), the composed config itself as an artifact (the params
+file, named by the CONFIG_TAG tag), every `reports/**/metrics.json` as metrics (prefixed by its folder,
+e.g. `bench.S1_duration_s`), `reports/score.json`, all report files as artifacts, and the tags of tags.py.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from soarlab.domain import LEVELS
 from soarlab.schema import SoarConfig
 from soarlab.tracking import run_page
 from soarlab.tracking.lossless import answers_key
-from soarlab.tracking.params import config_name, run_params, scored_name
+from soarlab.tracking.params import config_name, run_params, scored_name, table_params
 from soarlab.tracking.stage_times import pipeline_start_ms
 from soarlab.tracking.store import open_store
-from soarlab.tracking.tags import ANSWERS_KEY_TAG, CONFIG_NAME_TAG, recipe_markdown, run_tags
+from soarlab.tracking.tags import ANSWERS_KEY_TAG, CONFIG_NAME_TAG, CONFIG_TAG, TRIAL_TAG, recipe_markdown, run_tags
 
 
 def _numbers(path: Path, prefix: str) -> Iterator[tuple[str, float]]:
@@ -91,9 +92,12 @@ def log_pipeline_run(cfg: SoarConfig, reports: Path, params_file: Path, speed_se
     correctness = root / cfg.paths.data / "correctness.jsonl"
     tags[ANSWERS_KEY_TAG] = answers_key(flatten(config), cfg.decide.incidental_params,
                                         file_sha256(correctness) if correctness.is_file() else "")
-    params = run_params(config)
+    flat = run_params(config)
+    trial_overrides = json.loads(tags.get(TRIAL_TAG, "[]"))  # a sweep trial's own overrides (sweep.record.trial_key)
+    params = table_params(flat, cfg.decide.incidental_params, trial_overrides)
+    tags[CONFIG_TAG] = params_file.name  # the artifact below
     numbers = dict(_report_metrics(reports))
-    tags[CONFIG_NAME_TAG] = config_name(cfg, params)
+    tags[CONFIG_NAME_TAG] = config_name(cfg, flat)
     run = client.create_run(experiment_id, start_time=pipeline_start_ms(reports),
                             run_name=scored_name(tags[CONFIG_NAME_TAG], numbers), tags=tags)
     run_id = run.info.run_id

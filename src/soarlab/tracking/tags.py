@@ -9,12 +9,13 @@ import subprocess
 
 from soarlab.schema import SoarConfig
 
+TRIAL_TAG = "soarlab.trial"  # a sweep trial's overrides, as JSON (soarlab.sweep.record.trial_key)
 # Tags a `soarlab sweep` trial hands to its pipeline's run through the environment (tag -> variable):
 # the parent run makes the run a child of the sweep's run in the MLflow UI.
 SWEEP_TRIAL_ENV = {
     "mlflow.parentRunId": "SOARLAB_PARENT_RUN_ID",
     "soarlab.sweep": "SOARLAB_SWEEP",
-    "soarlab.trial": "SOARLAB_TRIAL",
+    TRIAL_TAG: "SOARLAB_TRIAL",
     "soarlab.cuda_visible_devices": "CUDA_VISIBLE_DEVICES",
 }
 # What sets a sweep trial apart in its sweep (the overrides the sweep varies), handed to its run's name likewise.
@@ -26,6 +27,7 @@ SPEED_SET_TAG = "soarlab.speed_set_sha"  # the content digest of the speed set t
 SPEC_TAG = "soarlab.spec"  # the run's speculative-decoding preset (spec.name)
 ANSWERS_KEY_TAG = "soarlab.answers_key"  # the digest of what decides its answers (soarlab.tracking.lossless)
 CONFIG_NAME_TAG = "soarlab.config_name"  # the run's name without its scores (tracking.params.config_name)
+CONFIG_TAG = "soarlab.config"  # the artifact holding the run's whole config: its params file (tracking.params.LoggedConfig)
 PRUNED_TAG = "soarlab.pruned"  # why a pruning sweep stopped the trial (set by soarlab.sweep.record)
 
 
