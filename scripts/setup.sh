@@ -19,6 +19,10 @@ done
 #   podman runc catatonit    the serving image (engine.launcher=container; `run --init` needs catatonit)
 #   mmdebstrap               the serving image's Debian base
 #   procps                   pgrep and ps, which the tests use to find leftover processes
+phases=() phase_start=$SECONDS
+phase_done() {  # phase_done NAME: the seconds since the last phase, for the closing line's breakdown
+    phases+=("$1 $((SECONDS - phase_start)) s"); phase_start=$SECONDS
+}
 need=()
 command -v python3.11 >/dev/null || command -v python3 >/dev/null || need+=(python3)
 python3 -c "import ensurepip, venv" 2>/dev/null || need+=(python3-venv)
@@ -36,6 +40,7 @@ if [ ${#need[@]} -gt 0 ]; then
         echo "setup: WARNING: missing ${need[*]}: install them as root (apt-get install ${need[*]})" >&2
     fi
 fi
+phase_done "system packages"
 
 # pip byte-compiles what it installs on one core; installing without that, then compiling the whole
 # environment on every core, gives the same .pyc files sooner.
@@ -61,12 +66,16 @@ PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null || PYTHON=python3
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 pip_install .venv/bin/python --upgrade pip
+phase_done "venv and pip"
 # The CPU build first: a plain `torch` requirement would pull a multi-GB CUDA build.
 pip_install .venv/bin/python "torch==2.13.0"
+phase_done "torch"
 extras=dev; $gpu && extras=dev,gpu
 pip_install .venv/bin/python -e ".[$extras]"
+phase_done "other packages"
 compile_env .venv/bin/python
-echo "setup done: $(.venv/bin/soarlab --help | head -1)"
+phase_done "byte-compiling"
+echo "setup done in $SECONDS s ($(IFS=,; echo "${phases[*]}" | sed 's/,/, /g')): $(.venv/bin/soarlab --help | head -1)"
 
 if $gpu; then
     # SGLang's own environment: requirements/sglang.txt pins a release that loads MiniCPM-SALA

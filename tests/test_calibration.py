@@ -20,8 +20,8 @@ def _run(run_id: str, durations: dict, ori: float, official: dict | None = None,
         metrics |= {f"official.{k}": v for k, v in official.items()}
         tags["soarlab.submitted"] = "true"
     # Each run its own config: runs of one config would form a group of the noise record.
-    params = {"model.baseline_accuracy": "80", "quant.name": run_id}
-    return RunRecord(run_id, run_id, 0, tags, params, metrics, repeats or {})
+    config = {"model.baseline_accuracy": "80", "quant.name": run_id}
+    return RunRecord(run_id, run_id, 0, tags, config, metrics, repeats or {})
 
 
 @pytest.fixture

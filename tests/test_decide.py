@@ -22,6 +22,7 @@ import yaml
 
 from soarlab.bench.loopback import LoopbackServer
 from soarlab.datasets.soar import file_sha256
+from soarlab.tracking import runs_view
 
 from conftest import LOOPBACK_PIPELINE, make_project, run_in, soarlab_in
 
@@ -80,9 +81,10 @@ def test_mlflow_reads_what_the_ui_shows(lab):
     dest = lab["project"][0]
     client, runs = lab["client"], lab["runs"]
     assert lab["experiment"].tags["mlflow.experimentKind"] == "custom_model_development"
+    assert runs_view.is_current(lab["experiment"].tags[runs_view.VIEW_TAG])  # the runs table's score columns
     assert lab["count"] == 4 and "no new run logged" in lab["noop"]  # the no-op `dvc repro` added no run
     fast, slow = runs["fast1"], runs["slow"]
-    # The runs table shows the name and hides metric columns: the name leads with the configuration, then its scores.
+    # The name leads with the configuration, then its scores (the runs table hides metric columns outside its score view).
     assert fast.data.tags["soarlab.config_name"] == "none · engine=external, bench.pause_after_flush_s=0, eval.retries=0"
     assert slow.data.tags["soarlab.config_name"].endswith("bench.pause_after_flush_s=0, bench.warmup_max_tokens=16, eval.retries=0")
     for run in (fast, slow):
@@ -193,7 +195,7 @@ def test_pareto_plot_merges_identical_configs_and_labels_never_overlap(lab, tmp_
     assert merged.perf_low < merged.performance < merged.perf_high  # the noise record's spread
     assert merged.ori == lab["client"].get_run(lab["runs"]["fast1"].info.run_id).data.metrics["accuracy.ori_accuracy"]
     # Crowded: each run as 5 configurations (one key changed; the pairs still merge), ten labels at two points.
-    crowd = [dataclasses.replace(r, run_id=f"{r.run_id[:-2]}{i:02d}", params={**r.params, "bench.seed": str(i)})
+    crowd = [dataclasses.replace(r, run_id=f"{r.run_id[:-2]}{i:02d}", config={**r.config, "bench.seed": str(i)})
              for r in runs for i in range(5)]
     found, boxes = pareto_plot(rows(crowd, fit(crowd, cfg), cfg), crowd, cfg, {}, tmp_path / "crowd.png")
     assert len(found) == len(boxes) == 10

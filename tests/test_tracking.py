@@ -10,11 +10,14 @@ import sys
 
 import mlflow
 import pytest
+import yaml
 
 from soarlab.atomic import write_json
 from soarlab.config import compose, composed_data, hydra_config, to_yaml
 from soarlab.paths import owning_project_root
 from soarlab.tracking.durations import recorded_durations
+from soarlab.tracking import runs_view
+from soarlab.tracking.params import LoggedConfig, run_params
 from soarlab.tracking.pipeline_run import log_pipeline_run
 from soarlab.tracking.store import tracking_uri
 
@@ -45,15 +48,43 @@ def test_one_run_with_params_metrics_artifacts_and_tags(project, monkeypatch):
     client = mlflow.MlflowClient(tracking_uri(cfg))
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED" and run.data.tags["soarlab.config_name"] == cfg.quant.name == "gptq_w4_mixed"  # nothing overridden
-    # The runs table shows the name, not the metric columns: the scores of the reports above follow the preset.
+    # The name carries the scores (the runs table hides metric columns outside the score view), after the preset.
     assert run.info.run_name == "gptq_w4_mixed · final 99.50 · C 1 · ori 81.5 · S1 2.00s S8 3.00s Smax 4.00s"
-    assert run.data.params["engine.port"] == "30000" and run.data.params["quant.name"] == "gptq_w4_mixed"
+    assert run.data.params["quant.name"] == "gptq_w4_mixed" and LoggedConfig(run)["engine.port"] == "30000"
     assert run.data.metrics["bench.S1_duration_s"] == 2.0 and run.data.metrics["accuracy.ori_accuracy"] == 81.5
     assert run.data.metrics["score.final"] == 99.5 and "accuracy.note" not in run.data.metrics
     assert run.data.tags["dvc.experiment"] == "brave-exp" and run.data.tags["soarlab.speed_set_sha"] == "abc"
     artifacts = {a.path for a in client.list_artifacts(run_id, "reports/bench")}
     assert {"reports/bench/S1.jsonl", "reports/bench/metrics.json"} <= artifacts
     assert (root / "mlartifacts").is_dir()
+
+
+def test_params_are_the_configuration_and_the_composed_config_is_an_artifact(project, monkeypatch, tmp_path):
+    """Issue 37: the runs table's params are each group's preset and the overrides (a sweep trial's own ones
+    too), incidental keys left out; the composed config is the run's params file artifact, which the decide
+    commands read (LoggedConfig); the experiment's score view selects final, C, ori and the level durations."""
+    root, _ = project
+    overrides = ["tracking.experiment=test", "quant=none", "eval.seed=4321", "engine.port=31000"]
+    (root / "params.yaml").write_text(to_yaml(hydra_config(overrides, root=root)))
+    monkeypatch.setenv("SOARLAB_TRIAL", json.dumps(["engine.log_level=info"]))  # a sweep trial's, as conf/ has it
+    cfg = compose(overrides, root=root)
+    run_id = log_pipeline_run(cfg, root / "reports", root / "params.yaml", speed_set_sha="abc")
+    client = mlflow.MlflowClient(tracking_uri(cfg))
+    run = client.get_run(run_id)
+    assert run.data.params == {"model.name": "tiny", "quant.name": "none", "engine.name": "transformers", "spec.name": "none",
+                               "package.name": "soar", "eval.seed": "4321", "engine.log_level": "info"}
+    logged = client.download_artifacts(run_id, run.data.tags["soarlab.config"], str(tmp_path / "dl"))
+    assert yaml.safe_load(open(logged).read()) == composed_data(overrides, root=root)
+    assert dict(LoggedConfig(run)) == run_params(composed_data(overrides, root=root))
+    earlier = client.create_run(run.info.experiment_id).info.run_id  # logged before: the whole config in its params
+    client.log_param(earlier, "quant.name", "none")
+    assert dict(LoggedConfig(client.get_run(earlier))) == {"quant.name": "none"}
+    experiment = client.get_experiment(run.info.experiment_id)
+    view = json.loads(json.loads(experiment.tags["mlflow.sharedViewState.soarlab-scores"])["state"])
+    columns = [c.removeprefix("metrics.`").removesuffix("`") for c in view["selectedColumns"] if c.startswith("metrics.")]
+    assert columns == ["score.final", "score.C", "accuracy.ori_accuracy", "bench.S1_duration_s", "bench.S8_duration_s",
+                       "bench.Smax_duration_s"] and set(columns) <= set(run.data.metrics)
+    assert runs_view.runs_table_page(run.info.experiment_id).endswith(f"/runs?workflowType=machine_learning&viewStateShareKey={runs_view.VIEW_ID}")
 
 
 def test_recorded_durations_filter_by_model_and_speed_set(project):
@@ -147,9 +178,9 @@ def test_track_params_file_is_the_config_its_digest_and_artifact_come_from(track
     out = second.communicate(timeout=600)[0]
     assert second.returncode == 0 and "already holds" not in out, out
     runs = logged_runs(track_project)
-    assert sorted(r.data.params["eval.seed"] for r in runs) == ["1234", "4321"]
+    assert sorted(LoggedConfig(r)["eval.seed"] for r in runs) == ["1234", "4321"]  # read from each run's artifact
     client = mlflow.MlflowClient(f"sqlite:///{track_project / 'mlflow.db'}")
-    second_run = next(r for r in runs if r.data.params["eval.seed"] == "4321")
+    second_run = next(r for r in runs if r.data.params.get("eval.seed") == "4321")  # an override: a param
     assert "other.yaml" in {a.path for a in client.list_artifacts(second_run.info.run_id)}
 
 

@@ -5,7 +5,8 @@
 #   bash scripts/gpu/run.sh STEP ['STEP' ...]     # run the recipes in order, in the foreground
 # A STEP is `NAME ARGS...`: `marlin [--only ...]` runs marlin_check.py serve, `engine* ARGS` engine_check.py
 # (e.g. 'engine60k --profile 60k-0.5k'), `pipeline` pipeline_check.sh on a copy of the checkout, `spec [ARGS]`
-# spec_check.py (speculative decoding: spec=none, standalone, ngram on one small Llama and its trained draft).
+# serving_check.py's speculative decoding (spec=none, standalone, ngram on one small Llama and its trained
+# draft), `fp8 [ARGS]` its FP8 variants (bf16, FP8 weights, FP8 KV cache on the same model).
 # Environment: SITE (where the packs are unpacked, default ~/.cache/soarlab/gpu-site), RESULTS (default
 # ./gpu-results: one folder per step with its results.json, a log per step, run.log), STEP_LIMIT_S
 # (each step's time limit; SIGINT at the limit, so the recipe stops its server and keeps what finished).
@@ -54,8 +55,9 @@ run_steps() {  # one line per step in $RES/run.log
       marlin) "${limit[@]}" "$PY" "$HERE/marlin_check.py" serve --out "$RES/marlin" --inputs "$REPO/.gpu/mq" --jit-done "$RES/jit.done" "$@" ;;
       engine*) wait "${prep[$name]}"; "${limit[@]}" "$PY" "$HERE/engine_check.py" --out "$RES/$name" --work "/tmp/soarlab-$name" "$@" ;;
       pipeline) PY=$PY GIT_DEB=$SITE/git.deb "${limit[@]}" bash "$HERE/pipeline_check.sh" "$REPO" "$RES/pipeline" ;;
-      spec) "${limit[@]}" "$PY" "$HERE/spec_check.py" --out "$RES/spec" "$@" ;;
-      *) echo "unknown step $name (use marlin, engine..., pipeline, spec)" ;;
+      spec) "${limit[@]}" "$PY" "$HERE/serving_check.py" --out "$RES/spec" --variants none standalone ngram "$@" ;;
+      fp8) "${limit[@]}" "$PY" "$HERE/serving_check.py" --out "$RES/fp8" --variants none fp8 fp8_kv "$@" ;;
+      *) echo "unknown step $name (use marlin, engine..., pipeline, spec, fp8)" ;;
     esac > "$RES/$name.log" 2>&1
     local rc=$?  # before any $(...) below resets it
     echo "$(date +%T) step $name rc=$rc $(grep -h '^SUMMARY' "$RES/$name.log" | cut -c1-600)"

@@ -61,7 +61,7 @@ def rows(runs: list[RunRecord], calibration: Calibration, cfg: SoarConfig) -> li
     # Equal finals (e.g. all at C = 0) are ordered by speed.
     table.sort(key=lambda pair: (pair[0].get(key) is None, -(pair[0].get(key) or 0.0), -(pair[0]["performance"] or 0.0)))
     for row, run in table:
-        row["differs_from_best"] = ", ".join(config_delta(run.params, table[0][1].params, cfg.decide.incidental_params))
+        row["differs_from_best"] = ", ".join(config_delta(run.config, table[0][1].config, cfg.decide.incidental_params))
     return [dict(rank=i + 1, **row) for i, (row, _) in enumerate(table)]
 
 

@@ -16,7 +16,7 @@ from soarlab.names.mlflow_tags import MODEL_TAG
 from soarlab.schema import DecideLengths
 
 P95, AT_CAP = "accuracy.length_p95", "accuracy.length_at_cap"
-UNQUANTIZED = {"quant.method": "none", "quant.serve_quantization": "null"}  # as MLflow records the params (JSON)
+UNQUANTIZED = {"quant.method": "none", "quant.serve_quantization": "null"}  # as run_params flattens them (JSON)
 
 
 def reference_run(run: RunRecord, runs: Sequence[RunRecord]) -> RunRecord | None:
@@ -24,13 +24,13 @@ def reference_run(run: RunRecord, runs: Sequence[RunRecord]) -> RunRecord | None
     same = ("eval.max_tokens",)
     return next((r for r in runs if r.run_id != run.run_id and P95 in r.metrics
                  and r.tags.get(MODEL_TAG) == run.tags.get(MODEL_TAG)
-                 and all(r.params.get(k) == v for k, v in UNQUANTIZED.items())
-                 and all(r.params.get(k) == run.params.get(k) for k in same)), None)
+                 and all(r.config.get(k) == v for k, v in UNQUANTIZED.items())
+                 and all(r.config.get(k) == run.config.get(k) for k in same)), None)
 
 
 def flag(run: RunRecord, runs: Sequence[RunRecord], margins: DecideLengths) -> str | None:
     """Why `run`'s answers are longer than the reference's beyond the margins, or None (also without a reference)."""
-    if P95 not in run.metrics or UNQUANTIZED.items() <= run.params.items():
+    if P95 not in run.metrics or UNQUANTIZED.items() <= run.config.items():
         return None
     ref = reference_run(run, runs)
     if ref is None:

@@ -61,7 +61,7 @@ def points(table: list[dict], runs: Sequence[RunRecord], cfg: SoarConfig, noise:
     for row in table:
         run = by_id[row["run_id"]]
         if row["performance"] is not None and row["ori"] is not None:
-            groups[(*run.group, config_digest(run.params, incidental))].append((row, run))
+            groups[(*run.group, config_digest(run.config, incidental))].append((row, run))
     z = statistics.NormalDist().inv_cdf((1 + cfg.decide.confidence) / 2)
     found = []
     for members in groups.values():

@@ -30,7 +30,7 @@ RERUN_KEY = "bench.rerun"
 
 def rerun_overrides(run: RunRecord, token: str) -> list[str]:
     """The run's config as Hydra overrides, with `bench.rerun` set to `token`."""
-    return [o for o in overrides_of(run.params, [RERUN_KEY]) if not o.startswith(RERUN_KEY + "=")] + [f"{RERUN_KEY}={token}"]
+    return [o for o in overrides_of(run.config, [RERUN_KEY]) if not o.startswith(RERUN_KEY + "=")] + [f"{RERUN_KEY}={token}"]
 
 
 def rerun_pair(cfg: SoarConfig, a: RunRecord, b: RunRecord, n: int) -> tuple[list[RunRecord], list[RunRecord]]:

@@ -15,6 +15,7 @@ MACHINE_TAG = "soarlab.machine"  # the host a run was measured on
 COMPARE_TAG = "soarlab.compare"  # the `soarlab compare --rerun` it is a rerun of (soarlab.decide.rerun)
 ANSWERS_KEY_TAG = "soarlab.answers_key"  # the digest of what decides its answers (soarlab.tracking.lossless)
 CONFIG_NAME_TAG = "soarlab.config_name"  # the run's name without its scores (tracking.params.config_name)
+CONFIG_TAG = "soarlab.config"  # the artifact holding the run's whole config: its params file (tracking.params.LoggedConfig)
 INPUTS_DIGEST_TAG = "soarlab.inputs_digest"  # what a no-op re-run is recognised by (tracking.run_page)
 NOTE_TAG = "mlflow.note.content"  # MLflow's: the description its run page shows
 # On the logged checkpoint (tracking.run_page.log_checkpoint): where DVC keeps it.

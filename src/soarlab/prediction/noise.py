@@ -42,7 +42,7 @@ def config_digest(params: dict[str, str], incidental: Sequence[str]) -> str:
 
 def inputs_key(run: RunRecord, incidental: Sequence[str]) -> tuple[str, str, str, str]:
     """Runs with equal keys differ only by run-to-run noise."""
-    return (run.tags.get(MACHINE_TAG, ""), *run.group, config_digest(run.params, incidental))
+    return (run.tags.get(MACHINE_TAG, ""), *run.group, config_digest(run.config, incidental))
 
 
 def run_mean(run: RunRecord, level: str) -> float | None:

@@ -26,6 +26,7 @@ from soarlab.tracking import lossless, memo
 from soarlab.tracking.durations import answer_reference_ahead
 from soarlab.tracking.pipeline_run import log_pipeline_run, rescore_run, run_with_inputs
 from soarlab.tracking.run_page import inputs_digest
+from soarlab.tracking.runs_view import runs_table_page
 from soarlab.tracking.store import inputs_lock, open_store, sqlite_file, store_faults_named, tracking_uri
 from soarlab.tracking.tags import run_context
 
@@ -88,12 +89,12 @@ def check_lossless(cfg: SoarConfig, run_id: str, reports: Path) -> dict:
 
 
 def runs_table_url(cfg: SoarConfig, run_id: str) -> str:
-    """Where the MLflow UI shows this run's experiment as a runs table (MLflow 3 opens on its GenAI
-    pages otherwise), with the command that serves a local store."""
+    """Where the MLflow UI shows this run's experiment as a runs table with its score columns
+    (tracking.runs_view), with the command that serves a local store."""
     import mlflow
 
     experiment_id = mlflow.MlflowClient(tracking_uri(cfg)).get_run(run_id).info.experiment_id
-    page = f"#/experiments/{experiment_id}?workflowType=machine_learning"
+    page = runs_table_page(experiment_id)
     uri = tracking_uri(cfg)
     if uri.startswith(("http://", "https://")):
         return f"{uri.rstrip('/')}/{page}"

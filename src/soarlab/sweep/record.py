@@ -21,14 +21,11 @@ from soarlab.names.mlflow_tags import (
     SWEEP_TAG, TRIAL_TAG, VARIES_TAG,
 )
 from soarlab.schema import SoarConfig
+from soarlab.tracking.params import override_key
+from soarlab.tracking.runs_view import DURATION_METRICS
 from soarlab.tracking.store import open_store
 
 _LINE_CHARS = 200
-
-
-def override_key(override: str) -> str:
-    """The config key an override sets: `+engine.server_args.x=1` -> `engine.server_args.x` (`++`, `~` too)."""
-    return override.lstrip("+~").split("=", 1)[0]
 
 
 def trial_key(overrides: Sequence[str]) -> str:
@@ -244,7 +241,7 @@ def _result(run) -> TrialResult:
         overrides=json.loads(tags[TRIAL_TAG]),
         final=metrics.get("score.final"),
         C=metrics.get("score.C"),
-        durations={lvl: metrics.get(f"bench.{lvl}_duration_s") for lvl in LEVELS},
+        durations={lvl: metrics.get(key) for lvl, key in DURATION_METRICS.items()},
         failure=tags.get(FAILURE_TAG),
         run_id=run.info.run_id,
         pruned=tags.get(PRUNED_TAG),

@@ -32,8 +32,9 @@ from soarlab.schema import SoarConfig, validate, validate_sweep, validate_trial
 from soarlab.sweep.lease import gpu_lease, try_lock
 from soarlab.pruning import PrunedTrial
 from soarlab.sweep.pruning import TrialPruning, forget_pruned_evaluate, pruner_config
-from soarlab.sweep.record import SweepRecord, TrialResult, experiment_name, override_key, trial_key, trial_label
+from soarlab.sweep.record import SweepRecord, TrialResult, experiment_name, trial_key, trial_label
 from soarlab.tracking.durations import answer_reference_ahead
+from soarlab.tracking.params import override_key
 
 # Override keys that configure the sweep itself, not the pipeline: never handed to `dvc exp run -S`.
 _SWEEP_KEYS = ("hydra", "sweep", "trial")

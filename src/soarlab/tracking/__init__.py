@@ -7,7 +7,8 @@ they use tracking, never the reverse.
 
   store.py        the tracking URI, the experiment, a client
   stage_times.py  when each stage ran (each `soarlab stage` appends; track reads the pipeline's span)
-  params.py       the config as MLflow params, and a run's name (what differs from conf/)
+  params.py       what a run logs as params, its whole config read back from the artifact, its name
+  runs_view.py    the score metrics' names and the runs table's saved view that shows them
   tags.py         the tags of a run: git, DVC experiment, model, sweep trial; the reproduction recipe
   run_page.py     datasets, the logged checkpoint, metric series, the digest of a run's inputs
   pipeline_run.py log one pipeline run; find a run with the same inputs

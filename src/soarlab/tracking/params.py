@@ -1,23 +1,29 @@
-"""The config of a run as MLflow params, and the run's name: what sets it apart (the quant preset and what
-differs from conf/, or a sweep trial's varying overrides), then its scores, since the MLflow runs table
-shows the name and hides every metric column until the user picks it."""
+"""A run's config in MLflow and its name. The runs table's params are what describes the configuration
+(each group's preset and the overrides that compose it from conf/), the whole config is the params file
+logged as an artifact (CONFIG_TAG names it), and the name says what sets the run apart (the quant preset
+and what differs from conf/, or a sweep trial's varying overrides), then its scores."""
 
 from __future__ import annotations
 
 import json
+import tempfile
+from collections.abc import Mapping
+from typing import Sequence
 
-from soarlab.config import flatten
-from soarlab.domain import LEVELS
+from soarlab.config import composed_data, flatten, params_data
+from soarlab.errors import SoarError
 from soarlab.schema import SoarConfig
+from soarlab.names.mlflow_tags import CONFIG_TAG
 from soarlab.tracking.tags import trial_label
+from soarlab.tracking.runs_view import DURATION_METRICS, SCORE_C, SCORE_FINAL, SCORE_ORI
 
 # MLflow rejects param values over this many characters.
 _MAX_PARAM_CHARS = 6000
 
 
 def run_params(data: dict) -> dict[str, str]:
-    """The config as written (soarlab.config.params_data / composed_data), flattened as MLflow stores it:
-    strings, JSON for non-strings, cut to MLflow's limit."""
+    """The config as written (soarlab.config.params_data / composed_data), flattened as MLflow stores
+    params: strings, JSON for non-strings, cut to MLflow's limit. What the decide commands compare."""
     params = {k: v if isinstance(v, str) else json.dumps(v) for k, v in flatten(data).items()}
     return {k: v[:_MAX_PARAM_CHARS] for k, v in params.items()}
 
@@ -42,8 +48,6 @@ def overrides_of(params: dict[str, str], incidental) -> list[str]:
     """The Hydra overrides that compose `params` from conf/: the presets that differ (`engine=sglang`),
     then the keys that differ from those presets (else two sweep trials of engine=sglang that differ in
     one flag would look alike)."""
-    from soarlab.config import composed_data
-    from soarlab.errors import SoarError
 
     def is_preset(item: str) -> bool:  # `engine=sglang`, not `engine.port=0`
         return "." not in item.split("=", 1)[0]
@@ -55,6 +59,63 @@ def overrides_of(params: dict[str, str], incidental) -> list[str]:
     except SoarError:  # a group `name` set by hand, not a preset in conf/: its keys follow it, unnamed
         reference = default
     return presets + [d for d in config_delta(params, reference, incidental) if not is_preset(d)]
+
+
+def override_key(override: str) -> str:
+    """The config key an override sets: `+engine.server_args.x=1` -> `engine.server_args.x` (`++`, `~` too)."""
+    return override.lstrip("+~").split("=", 1)[0]
+
+
+def _param_key(override: str) -> str:
+    """The flattened key an override sets: a preset's `name` for a group (`quant=none` -> `quant.name`)."""
+    key = override_key(override)
+    return key if "." in key else f"{key}.name"
+
+
+def table_params(flat: dict[str, str], incidental, trial_overrides: Sequence[str] = ()) -> dict[str, str]:
+    """The params of a run, as the runs table shows them: each config group's preset (`quant.name`), then
+    the overrides that compose `flat` (run_params) from conf/ (overrides_of) and a sweep trial's own
+    overrides (its `soarlab.trial` tag), incidental keys left out. The whole config is an artifact."""
+    presets = [k for k in flat if k.endswith(".name") and k.count(".") == 1]
+    overrides = [_param_key(o) for o in [*overrides_of(flat, incidental), *trial_overrides]]
+    return {k: flat[k] for k in [*presets, *overrides] if k in flat and not incidental_key(k, incidental)}
+
+
+class LoggedConfig(Mapping):
+    """A run's whole config, flattened as run_params does, read from its params file artifact (CONFIG_TAG)
+    when first asked: one download, for the runs a command compares. A run logged before CONFIG_TAG holds
+    the whole config in its params."""
+
+    def __init__(self, run):
+        self._run, self._flat = run, None
+
+    def _data(self) -> dict[str, str]:
+        if self._flat is None:
+            artifact = self._run.data.tags.get(CONFIG_TAG)
+            self._flat = _read_config(self._run.info.artifact_uri, artifact) if artifact else dict(self._run.data.params)
+        return self._flat
+
+    def __getitem__(self, key: str) -> str:
+        return self._data()[key]
+
+    def __iter__(self):
+        return iter(self._data())
+
+    def __len__(self) -> int:
+        return len(self._data())
+
+
+def _read_config(artifact_uri: str, artifact: str) -> dict[str, str]:
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = mlflow.artifacts.download_artifacts(artifact_uri=f"{artifact_uri}/{artifact}", dst_path=tmp)
+        except (MlflowException, OSError) as exc:
+            raise SoarError(f"the run's config artifact {artifact_uri}/{artifact} cannot be read ({str(exc)[:120]})",
+                            "make the run's artifact store reachable (tracking.uri's server, or mlartifacts/ beside the store)") from None
+        return run_params(params_data(path))
 
 
 def config_name(cfg: SoarConfig, params: dict[str, str]) -> str:
@@ -83,8 +144,8 @@ def scored_name(config: str, metrics: dict[str, float]) -> str:
     if metrics.get("score.pruned") == 1.0:
         scores = "pruned"
     else:
-        final, c, ori = metrics.get("score.final"), metrics.get("score.C"), metrics.get("accuracy.ori_accuracy")
-        durations = {level: metrics.get(f"bench.{level}_duration_s") for level in LEVELS}
+        final, c, ori = metrics.get(SCORE_FINAL), metrics.get(SCORE_C), metrics.get(SCORE_ORI)
+        durations = {level: metrics.get(key) for level, key in DURATION_METRICS.items()}
         scores = " · ".join(part for part in (
             "final " + (f"{final:.2f}" if final is not None else "-"),
             f"C {c:g}" if c is not None else "",

@@ -1,6 +1,7 @@
-"""Log one pipeline execution as an MLflow run, from the files the stages wrote: the composed config as
-flattened params, every `reports/**/metrics.json` as metrics (prefixed by its folder, e.g.
-`bench.S1_duration_s`), `reports/score.json`, all report files as artifacts, and the tags of tags.py.
+"""Log one pipeline execution as an MLflow run, from the files the stages wrote: as params what describes
+the configuration (tracking.params.table_params), the composed config itself as an artifact (the params
+file, named by the CONFIG_TAG tag), every `reports/**/metrics.json` as metrics (prefixed by its folder,
+e.g. `bench.S1_duration_s`), `reports/score.json`, all report files as artifacts, and the tags of tags.py.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from soarlab.atomic import is_temp_output
 from soarlab.config import flatten, params_data
 from soarlab.datasets.soar import file_sha256
 from soarlab.domain import LEVELS
-from soarlab.names.mlflow_tags import ANSWERS_KEY_TAG, CONFIG_NAME_TAG, INPUTS_DIGEST_TAG
+from soarlab.names.mlflow_tags import ANSWERS_KEY_TAG, CONFIG_NAME_TAG, CONFIG_TAG, INPUTS_DIGEST_TAG, NOTE_TAG, TRIAL_TAG
+from soarlab.paths import CORRECTNESS_SET_FILE, METRICS_FILE, REFERENCE_FILE, SCORE_FILE
 from soarlab.schema import SoarConfig
 from soarlab.tracking import run_page
 from soarlab.tracking.lossless import answers_key
-from soarlab.tracking.params import config_name, run_params, scored_name
+from soarlab.tracking.params import config_name, run_params, scored_name, table_params
 from soarlab.tracking.stage_times import pipeline_start_ms
 from soarlab.tracking.store import open_store
 from soarlab.tracking.tags import recipe_markdown, run_tags
@@ -32,12 +34,12 @@ def _numbers(path: Path, prefix: str) -> Iterator[tuple[str, float]]:
 
 
 def _score_metrics(reports: Path) -> dict[str, float]:
-    score = reports / "score.json"
+    score = reports / SCORE_FILE
     return dict(_numbers(score, "score")) if score.is_file() else {}
 
 
 def _report_metrics(reports: Path) -> Iterator[tuple[str, float]]:
-    for path in sorted(reports.rglob("metrics.json")):
+    for path in sorted(reports.rglob(METRICS_FILE)):
         yield from _numbers(path, ".".join(path.parent.relative_to(reports).parts))
     yield from _score_metrics(reports).items()
 
@@ -72,7 +74,7 @@ def rescore_run(cfg: SoarConfig, run_id: str, reports: Path) -> tuple[float | No
     client.log_batch(run_id, metrics=[Metric(k, v, now_ms, 0) for k, v in changed.items()])
     config = run.data.tags.get(CONFIG_NAME_TAG) or run.info.run_name
     client.update_run(run_id, name=scored_name(config, {**logged, **changed}))
-    for name in ("score.json", "reference.json"):
+    for name in (SCORE_FILE, REFERENCE_FILE):
         if (reports / name).is_file():
             client.log_artifact(run_id, str(reports / name), artifact_path=reports.name)
     return logged.get("score.final"), changed.get("score.final", logged.get("score.final"))
@@ -87,14 +89,17 @@ def log_pipeline_run(cfg: SoarConfig, reports: Path, params_file: Path, speed_se
     client, experiment_id = open_store(cfg)
     root = params_file.parent if root is None else root
     tags = {**run_tags(cfg, speed_set_sha), **({INPUTS_DIGEST_TAG: inputs_digest} if inputs_digest else {})}
-    tags["mlflow.note.content"] = recipe_markdown(tags)
+    tags[NOTE_TAG] = recipe_markdown(tags)
     config = params_data(params_file)  # as written: `0`, not the typed `0.0`
-    correctness = root / cfg.paths.data / "correctness.jsonl"
+    correctness = root / cfg.paths.data / CORRECTNESS_SET_FILE
     tags[ANSWERS_KEY_TAG] = answers_key(flatten(config), cfg.decide.incidental_params,
                                         file_sha256(correctness) if correctness.is_file() else "")
-    params = run_params(config)
+    flat = run_params(config)
+    trial_overrides = json.loads(tags.get(TRIAL_TAG, "[]"))  # a sweep trial's own overrides (sweep.record.trial_key)
+    params = table_params(flat, cfg.decide.incidental_params, trial_overrides)
+    tags[CONFIG_TAG] = params_file.name  # the artifact below
     numbers = dict(_report_metrics(reports))
-    tags[CONFIG_NAME_TAG] = config_name(cfg, params)
+    tags[CONFIG_NAME_TAG] = config_name(cfg, flat)
     run = client.create_run(experiment_id, start_time=pipeline_start_ms(reports),
                             run_name=scored_name(tags[CONFIG_NAME_TAG], numbers), tags=tags)
     run_id = run.info.run_id

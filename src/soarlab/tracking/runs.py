@@ -5,15 +5,16 @@ What the decide commands and track's predicted figures (soarlab.prediction) read
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
-from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
 from soarlab.metrics.scoring import coefficient, normalized_accuracy
 from soarlab.names.mlflow_tags import (
     CONFIG_NAME_TAG, KIND_TAG, MODEL_TAG, PARENT_TAG, SPEED_SET_TAG, SUBMITTED_TAG, SWEEP_TAG,
 )
 from soarlab.schema import ScoreGroup, SoarConfig
+from soarlab.tracking.params import LoggedConfig
+from soarlab.tracking.runs_view import DURATION_METRICS, SCORE_ORI
 
 OFFICIAL = "official."     # metric prefix of a submission's platform figures
 PRUNED_METRIC = "score.pruned"  # 1 on a run whose evaluate a pruning sweep stopped (stages/score.py)
@@ -25,7 +26,7 @@ class RunRecord:
     name: str  # the configuration's name (CONFIG_NAME_TAG), without the scores the MLflow run name carries
     start_ms: int
     tags: dict[str, str]
-    params: dict[str, str]
+    config: Mapping[str, str]  # the whole config, flattened as tracking.params.run_params does (LoggedConfig)
     metrics: dict[str, float]
     repeats: dict[str, list[float]] = field(default_factory=dict)  # per level: duration of each repeat
 
@@ -33,7 +34,7 @@ class RunRecord:
         """The scored duration (median of repeats) of a valid level, else None."""
         if self.metrics.get(f"bench.{level}_valid") != 1.0:
             return None
-        return self.metrics.get("bench." + level_key(level, "duration_s"))
+        return self.metrics.get(DURATION_METRICS[level])
 
     @property
     def valid(self) -> bool:
@@ -41,7 +42,7 @@ class RunRecord:
 
     @property
     def ori(self) -> float | None:
-        return self.metrics.get("accuracy.ori_accuracy")
+        return self.metrics.get(SCORE_ORI)
 
     @property
     def ori_interval(self) -> tuple[float, float] | None:
@@ -50,7 +51,7 @@ class RunRecord:
 
     @property
     def baseline(self) -> float:
-        return float(self.params["model.baseline_accuracy"])
+        return float(self.config["model.baseline_accuracy"])
 
     @property
     def group(self) -> tuple[str, str]:
@@ -108,7 +109,7 @@ def load_runs(cfg: SoarConfig, model: str | None = None, speed_set: str | None =
         info = run.info
         name = tags.get(CONFIG_NAME_TAG) or info.run_name or info.run_id[:8]
         record = RunRecord(info.run_id, name, info.start_time or 0, dict(tags),
-                           dict(run.data.params), dict(run.data.metrics))
+                           LoggedConfig(run), dict(run.data.metrics))
         if info.status in ("FAILED", "KILLED"):
             runs.unfinished.append((record, info.status))
         elif run.data.metrics.get(PRUNED_METRIC) == 1.0:

@@ -177,8 +177,11 @@ def store_faults_named(cfg: SoarConfig):
 
 
 def open_store(cfg: SoarConfig):
-    """(MlflowClient, experiment id) of `tracking.experiment`, created on first use."""
+    """(MlflowClient, experiment id) of `tracking.experiment`, created on first use, with the tags that
+    make the UI open it on the runs table and offer the runs table's score view (runs_view)."""
     import mlflow
+
+    from soarlab.tracking import runs_view
 
     uri = tracking_uri(cfg)
     check_store(cfg)
@@ -193,6 +196,9 @@ def open_store(cfg: SoarConfig):
         else:
             experiment_id = experiment.experiment_id
         client = mlflow.MlflowClient(uri)
-        if (experiment.tags if experiment else {}).get(EXPERIMENT_KIND_TAG) != RUNS_TABLE_KIND:
+        tags = experiment.tags if experiment else {}
+        if tags.get(EXPERIMENT_KIND_TAG) != RUNS_TABLE_KIND:
             client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, RUNS_TABLE_KIND)  # opens on the runs table
+        if not runs_view.is_current(tags.get(runs_view.VIEW_TAG)):  # the runs table's score columns
+            client.set_experiment_tag(experiment_id, runs_view.VIEW_TAG, runs_view.view_tag_value())
     return client, experiment_id
