@@ -65,7 +65,7 @@ class Lab:
         done = self.run(*cmd)
         assert done.returncode != 0, done.stdout[-2000:]
         errors = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("soarlab: error: ")]
-        assert len(errors) == 1 and " Fix: " in errors[0] and len(errors[0]) <= 300, done.stdout + done.stderr
+        assert len(errors) == 1 and " Fix: " in errors[0] and len(errors[0]) <= 210, done.stdout + done.stderr
         return errors[0]
 
     def params(self, *overrides: str) -> None:
@@ -82,7 +82,7 @@ class Lab:
 
 
 def restore_command(line: str) -> str:
-    found = re.search(r"`(dvc checkout [\w-]+)` restores what DVC removed$", line)
+    found = re.search(r"`(dvc checkout [\w-]+)` restores its outputs$", line)
     assert found, line
     return found.group(1)
 

@@ -64,7 +64,7 @@ def test_a_damaged_store_is_named_with_its_fix_and_nothing_deleted(lab, damage, 
         line = done.stderr.strip().splitlines()[-1]
         assert line.startswith(ERROR + f"the MLflow store {short_path(db)} {expected}"), line
         assert "Fix: move it aside: `mv mlflow.db mlflow.db.bad`;" in line and "soarlab stage track" in line
-        assert len(line) <= 300
+        assert len(line) <= 200
     assert {name: sha(root / name) for name in before} == before, "nothing deleted, nothing re-created"
 
 

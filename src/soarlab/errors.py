@@ -17,19 +17,22 @@ class SoarError(Exception):
 
 
 _OS_ERROR_FIXES = {
-    errno.ENOSPC: "free space on it (`df -h` shows how much is left), or write elsewhere",
+    errno.ENOSPC: "free space there (`df -h`), or write elsewhere",
     errno.EDQUOT: "free space within your disk quota there, or write elsewhere",
     errno.EROFS: "the file system is mounted read-only: run from a writable checkout",
     errno.EACCES: "make it writable for you (`ls -ld` shows the owner and mode; `chmod u+w` on your files)",
     errno.EPERM: "make it writable for you (`ls -ld` shows the owner and mode; `chmod u+w` on your files)",
 }
 _FULL = (errno.ENOSPC, errno.EDQUOT)
-_PATH_CHARS = 80  # each path named in a line, so that the line stays readable (~300 characters at most)
+_PATH_CHARS = 48  # each path named in a line, so that the line stays readable (about 200 characters)
 _LINE_CHARS = 300
 
 
 def short_path(path) -> str:
+    """`path` as a line names it: relative to the working folder when inside it, else cut in the middle."""
     text = os.fsdecode(path)
+    if os.path.isabs(text) and text.startswith(os.getcwd() + os.sep):
+        text = os.path.relpath(text)
     return text if len(text) <= _PATH_CHARS else f"{text[:25]}...{text[-(_PATH_CHARS - 28):]}"
 
 
@@ -57,21 +60,22 @@ def _size(n: int) -> str:
 
 
 def _full_disk(written) -> str:
-    """'<file> on the file system mounted at <mount> (<free> free of <size>)': which disk filled."""
+    """'on <mount> (<free> free of <size>), writing <file in it>': which disk filled."""
     mount = mount_point(written)
+    inside = written if Path(mount) == Path("/") else os.path.relpath(written, mount)
     try:
         st = os.statvfs(mount)
         space = f" ({_size(st.f_bavail * st.f_frsize)} free of {_size(st.f_blocks * st.f_frsize)})"
     except OSError:
         space = ""
-    return f"'{short_path(written)}' on the file system mounted at {short_path(mount)}{space}"
+    return f"on {short_path(mount)}{space}, writing '{short_path(inside)}'"
 
 
 def os_error_line(exc: OSError) -> str:
     """An OS error as `<problem>. Fix: <fix>`, the file it hit named; for a full disk, which disk."""
     names = [name for name in (exc.filename, exc.filename2) if name]
     if exc.errno in _FULL and names:
-        problem = f"{exc.strerror or exc} while writing {_full_disk(names[-1])}"  # a copy's destination
+        problem = f"{exc.strerror or exc} {_full_disk(names[-1])}"  # a copy's destination
     else:
         where = " ".join(f"'{short_path(name)}'" for name in names)
         problem = f"{exc.strerror or exc}" + (f": {where}" if where else "")

@@ -434,7 +434,7 @@ def _validated(model: type[Group], cfg, where: str, prefix: tuple = ()):
         more = f"; {len(errors) - 1} more problem(s)" if len(errors) > 1 else ""
         raise SoarError(
             f"config key {key} in {where}: {message}{got}{more}",
-            f"give {key} a valid value (types: src/soarlab/schema.py), or remove it if unknown",
+            "set a valid value, or remove the key",
         ) from None
 
 

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from soarlab.errors import SoarError
+from soarlab.errors import SoarError, short_path
 
 # RULES.md 2: the prompt field of a speed set, in the order the official converter looks for it.
 PROMPT_FIELDS = ("question", "input", "prompt")
@@ -42,7 +42,7 @@ def iter_json_lines(path: str | Path, what: str = "dataset", max_line_bytes: int
         with path.open(encoding="utf-8") as fh:
             for number, line in enumerate(fh, start=1):
                 if max_line_bytes and len(line) * 4 > max_line_bytes and len(line.encode()) > max_line_bytes:
-                    raise SoarError(f"{path} line {number} is {len(line.encode()):,} bytes, over bench.dataset.max_line_bytes "
+                    raise SoarError(f"{short_path(path)} line {number} is {len(line.encode()):,} bytes, over bench.dataset.max_line_bytes "
                                     f"({max_line_bytes:,})", "shorten that request (the model's context bounds it)")
                 if not line.strip():
                     continue
@@ -50,7 +50,7 @@ def iter_json_lines(path: str | Path, what: str = "dataset", max_line_bytes: int
                     yield number, json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise SoarError(
-                        f"{path} line {number} is not valid JSON ({exc.msg})", "write one JSON object per line"
+                        f"{short_path(path)} line {number} is not valid JSON ({exc.msg})", "write one JSON object per line"
                     ) from None
     except UnicodeDecodeError:
         raise SoarError(f"{what} {path} is not UTF-8 text ({_binary_kind(path)})",
@@ -90,7 +90,7 @@ def read_jsonl(path: str | Path, required_fields: Sequence[str | tuple[str, ...]
         row["_line"] = number
         rows.append(row)
     if not rows:
-        raise SoarError(f"dataset {path} is empty", "give a JSONL file with at least one request line")
+        raise SoarError(f"dataset {short_path(path)} is empty", "give a JSONL file with at least one request line")
     return rows
 
 

@@ -159,8 +159,8 @@ def check_context(lengths: Iterable[tuple[int, int, int]], limit: int | None, so
         return
     for line, prompt, output in lengths:
         if prompt + output > limit:
-            raise SoarError(f"{source} line {line}: prompt {prompt:,} + output {output:,} tokens exceed the model's "
-                            f"context of {limit:,} tokens", "shorten that request, or serve a model with a longer context")
+            raise SoarError(f"{source} line {line}: prompt {prompt:,} + output {output:,} tokens exceed the "
+                            f"model's context of {limit:,}", "shorten it or serve a longer-context model")
 
 
 def check_profile_context(profile: dict, name: str, limit: int | None) -> None:

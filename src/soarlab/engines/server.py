@@ -84,8 +84,8 @@ class Server:
     def raise_if_exited(self, during: str, wait_s: float = 0.0) -> None:
         reason = self.exit_reason(wait_s)
         if reason is not None:
-            raise SoarError(f"{reason} during {during}; nothing after it was run; log: {short_path(self.log_path)}",
-                            "read the log's end; if out of memory, send shorter or fewer requests at once")
+            raise SoarError(f"{reason} during {during}",
+                            f"read the end of {short_path(self.log_path)}; if out of memory, send fewer or shorter requests")
 
 
 def describe_exit(code: int) -> str:

@@ -52,7 +52,7 @@ def _say_how_to_restore(exc: BaseException) -> None:
 
     stage = os.environ.get(DVC_STAGE_ENV)
     if isinstance(exc, SoarError) and stage and _removes_outputs(stage):
-        exc.fix = f"{exc.fix}; then `dvc checkout {stage}` restores what DVC removed"
+        exc.fix = f"{exc.fix}; `dvc checkout {stage}` restores its outputs"
         exc.args = (f"{exc.problem}. Fix: {exc.fix}",)
 
 

@@ -16,7 +16,7 @@ MANIFEST = "SHA256SUMS"  # `sha256sum` format: "<hex>  <name>" per file, so `sha
 
 def _regenerate(folder: Path) -> str:
     flag = " --draft" if folder.name == DRAFT_DIR.name else ""
-    return f"`git checkout src/soarlab/tiny/{folder.name}` (or rebuild: `python scripts/build_tiny_model.py{flag}`)"
+    return f"`git checkout src/soarlab/tiny/{folder.name}` or scripts/build_tiny_model.py{flag}"
 
 
 def file_sha256(path: Path) -> str:
@@ -45,7 +45,7 @@ def verify_checkpoint(folder: Path = CHECKPOINT_DIR) -> list[str]:
         raise SoarError(f"{what}'s files differ from {manifest}: {', '.join(diff)}", fix)
     changed = sorted(name for name, digest in expected.items() if file_sha256(folder / name) != digest)
     if changed:
-        raise SoarError(f"{what}'s {', '.join(changed)} fail their sha256 ({MANIFEST})", fix)
+        raise SoarError(f"{what}'s {', '.join(changed)} fail their sha256", fix)
     return sorted(expected)
 
 

@@ -84,7 +84,7 @@ SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every sqlite dat
 
 
 def _set_aside_fix(db: Path) -> str:
-    return f"move it aside: `mv {db.name} {db.name}.bad`; a run makes a new one (`soarlab stage track` logs the reports)"
+    return f"move it aside: `mv {db.name} {db.name}.bad`; a run makes a new one (`soarlab stage track` re-logs)"
 
 
 def check_store(cfg: SoarConfig) -> None:
