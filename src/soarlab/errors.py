@@ -25,7 +25,7 @@ _OS_ERROR_FIXES = {
 }
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 _PATH_CHARS = 48  # each path named in a line, so that the line stays readable (about 200 characters)
-_LINE_CHARS = 300
+_LINE_CHARS = 100  # of an unexpected error's first line: with its fix, about 200
 
 
 def short_path(path) -> str:
