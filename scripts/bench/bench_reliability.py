@@ -35,7 +35,7 @@ def kill_to_port_free(root: Path, state: Path, sig: int, shell: str | None = Non
     """Signal `soarlab stage bench` (shell None), or the `dvc repro` that runs it with SHELL=shell."""
     from bench_helpers import wait_for
 
-    from soarlab.engines.lease import process_start_time
+    from soarlab.engines.port_lease import process_start_time
     from soarlab.engines.server import is_healthy, port_in_use
 
     shutil.rmtree(state, ignore_errors=True)

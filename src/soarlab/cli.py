@@ -68,13 +68,13 @@ def _add_measure_commands(sub) -> None:
     p.add_argument("--best", required=True, help="best durations in s: S1=..,S8=..,Smax=..")
     p.add_argument("--ori-accuracy", required=True, type=float, help="raw accuracy in percent")
     p.add_argument("overrides", nargs="*", help="Hydra overrides for the score config, e.g. score=soar2026")
-    p.set_defaults(run=_handler("soarlab.metrics.scoring:score_cli"))
+    p.set_defaults(run=_handler("soarlab.final_score:score_cli"))
 
     p = sub.add_parser("eval-score", help="score correctness predictions made elsewhere (RULES.md 3)")
     p.add_argument("--dataset", required=True, help="SOAR-format correctness set (JSONL)")
     p.add_argument("--predictions", required=True, help="JSONL, one object with 'prediction' per dataset line")
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. score=soar2026")
-    p.set_defaults(run=_handler("soarlab.accuracy.scoring:eval_score_cli"))
+    p.set_defaults(run=_handler("soarlab.accuracy.grading:eval_score_cli"))
 
     p = sub.add_parser("bench", help="benchmark one level against a running server (RULES.md 2)")
     p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")

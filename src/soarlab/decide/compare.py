@@ -24,7 +24,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
-from soarlab.decide.lengths import flag as length_flag
+from soarlab.decide.length_flag import flag as length_flag
 from soarlab.prediction.noise import NoiseRecord, log_interval, side
 from soarlab.tracking.runs import RunRecord
 from soarlab.domain import LEVELS
@@ -128,7 +128,7 @@ def _describe(d: dict) -> str:
 
 
 def compare_cli(args) -> int:
-    from soarlab.decide.runs import decide_config, resolve
+    from soarlab.decide.run_refs import decide_config, resolve
     from soarlab.prediction.calibration import by_predicted_final, fit
     from soarlab.prediction.noise import noise_record
     from soarlab.tracking.runs import load_runs

@@ -4,7 +4,7 @@ Passes (exit 0) only when the low end of RUN's predicted official final beats th
 high end by more than `min_gain` (each interval holds the run-to-run noise of the machine's noise
 record, soarlab.prediction.noise), and RUN's C is settled (its ori interval stays in one band) in
 the same or a better band than the reference's, and its answers are not flagged as longer than the
-unquantized run's (soarlab.decide.lengths) unless --allow-long-answers. The reference of `submitted` is the platform's own
+unquantized run's (soarlab.decide.length_flag) unless --allow-long-answers. The reference of `submitted` is the platform's own
 figures (its final as recorded, else scored from its recorded durations and accuracy); of any
 other run, its prediction. Exit 1: it does not pass; 2: bad input. It always says why.
 """
@@ -14,14 +14,14 @@ from __future__ import annotations
 import sys
 
 from soarlab.prediction.calibration import Calibration, Prediction, by_predicted_final, fit, predict
-from soarlab.decide.lengths import flag as length_flag
+from soarlab.decide.length_flag import flag as length_flag
 from soarlab.schema import ScoreGroup
 from soarlab.tracking.runs import RunRecord
 from soarlab.errors import SoarError
 from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
 from soarlab.names.mlflow_tags import MACHINE_TAG
-from soarlab.metrics.scoring import final_score
+from soarlab.final_score import final_score
 
 EXIT_PASS, EXIT_FAIL = 0, 1
 
@@ -54,7 +54,7 @@ def decide(run: Prediction, reference: tuple[float, float, float], reference_c: 
 
 
 def gate_cli(args) -> int:
-    from soarlab.decide.runs import decide_config, resolve
+    from soarlab.decide.run_refs import decide_config, resolve
     from soarlab.tracking.runs import load_runs
 
     cfg = decide_config(args)

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from soarlab.prediction.calibration import Calibration, fit, predict
-from soarlab.decide.lengths import flag as length_flag
+from soarlab.decide.length_flag import flag as length_flag
 from soarlab.schema import SoarConfig
 from soarlab.tracking.params import config_delta
 from soarlab.tracking.runs import RunRecord
@@ -139,7 +139,7 @@ def log_plot(client, experiment: str, sweep: str | None, plot: Path) -> str:
 
 
 def leaderboard_cli(args) -> int:
-    from soarlab.decide.runs import decide_config
+    from soarlab.decide.run_refs import decide_config
     from soarlab.tracking.runs import load_runs
     from soarlab.paths import project_root
 

@@ -39,7 +39,7 @@ def check_figures(durations: dict[str, float | None], accuracy: float | None, fi
 def record_submission_cli(args) -> int:
     from mlflow.entities import Metric, RunTag
 
-    from soarlab.decide.runs import decide_config, resolve
+    from soarlab.decide.run_refs import decide_config, resolve
     from soarlab.prediction.calibration import by_predicted_final, fit, log_predictions
     from soarlab.tracking.runs import load_runs
 

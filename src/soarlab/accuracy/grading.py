@@ -126,7 +126,7 @@ def bootstrap_ci(scores: Sequence[float], resamples: int, seed: int, confidence:
 def summarize(records: Sequence[Mapping], baseline: float, score_cfg: ScoreGroup,
               bootstrap_cfg: Bootstrap | None = None) -> dict:
     """ori, normalized, C, per-task scores, failures, unknown tasks, and (with bootstrap_cfg) the CI and its warning."""
-    from soarlab.metrics.scoring import coefficient, normalized_accuracy
+    from soarlab.final_score import coefficient, normalized_accuracy
 
     scores = [float(r["score"]) for r in records]
     ori = 100.0 * sum(scores) / len(scores) if scores else 0.0
