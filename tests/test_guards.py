@@ -141,14 +141,14 @@ def test_length_flag_fires_at_the_margin_and_gate_refuses(tmp_path, monkeypatch,
     monkeypatch.chdir(ROOT)
     args = argparse.Namespace(target=longer, against=at_edge, min_gain=None, experiment=None,
                               overrides=[f"tracking.uri={uri}"], allow_long_answers=False)
-    refused = gate.gate_cli(args)
+    from soarlab.commands.decide import compare_cli, gate_cli
+
+    refused = gate_cli(args)
     out = capsys.readouterr().out
     assert refused == gate.EXIT_FAIL and "refused (--allow-long-answers to accept)" in out
     args.allow_long_answers = True
-    gate.gate_cli(args)
+    gate_cli(args)
     assert "allowed by --allow-long-answers" in capsys.readouterr().out
-
-    from soarlab.decide.compare import compare_cli
 
     compare_cli(argparse.Namespace(a=at_edge, b=longer, experiment=None, rerun=None, json=True,
                                    overrides=[f"tracking.uri={uri}"]))
