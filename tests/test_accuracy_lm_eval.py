@@ -104,7 +104,7 @@ def perfect_answer(question: str) -> str:
 
 def test_lm_eval_run_sends_the_official_request_and_scores_every_row(tiny_model_dir):
     from soarlab.accuracy.runner import run_correctness
-    from soarlab.accuracy.scoring import score_rows
+    from soarlab.accuracy.grading import score_rows
     from soarlab.datasets.correctness import read_correctness_set
 
     data = rows()

@@ -12,9 +12,9 @@ import random
 
 import pytest
 
-from soarlab.bench.cli import prepare
 from soarlab.bench.loopback import LoopbackServer
 from soarlab.bench.metrics import Spread
+from soarlab.bench.preflight import prepare
 from soarlab.bench.report import write_level, write_summary
 from soarlab.bench.requests import build_requests
 from soarlab.bench.results import compare

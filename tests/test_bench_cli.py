@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from soarlab.bench.cli import probe_api
 from soarlab.bench.loopback import LoopbackServer
+from soarlab.bench.preflight import probe_api
 from soarlab.cli import main
 from soarlab.config import compose
 from soarlab.datasets.speed import make_speed_set, named_profile

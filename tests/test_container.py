@@ -1,5 +1,6 @@
-"""container.py and the container launcher's pieces that need no engine: the listening-socket check
-(real sockets of this process), the containers.conf Podman gets, the engine choice."""
+"""container.py (Docker or Podman) and the container launcher's pieces (engines/containerized.py) that need
+no engine: the listening-socket check (real sockets of this process), the containers.conf Podman gets, the
+engine choice."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import socket
 import pytest
 
 from soarlab.container import podman_conf, probe
-from soarlab.engines.container import listening
+from soarlab.engines.containerized import listening
 from soarlab.errors import SoarError
 
 

@@ -48,10 +48,10 @@ def project(source_project) -> Path:
 
 
 def test_cpu_image_from_clean_state_serves_bench_and_correctness(project, tiny_model_dir, tiny_tokenizer):
-    from soarlab.bench.cli import prepare
+    from soarlab.bench.preflight import prepare
     from soarlab.bench.runner import run_level
     from soarlab.config import compose
-    from soarlab.container import container_cli
+    from soarlab.container import container_tool
     from soarlab.datasets.speed import make_speed_set, named_profile
     from soarlab.engines import open_engine
     from soarlab.engines.server import port_in_use
@@ -69,7 +69,7 @@ def test_cpu_image_from_clean_state_serves_bench_and_correctness(project, tiny_m
     # container start fewer in CI); then the container serves, started the way bench and accuracy start it
     cfg = compose(overrides, root=project)
     serve_cfg = compose([*overrides, "engine.launcher=container"], root=project)
-    cli = container_cli("podman")
+    cli = container_tool("podman")
     assert not cli.image_exists(base) and not cli.image_exists(tag)  # clean state
     try:
         out = package.run(cfg)  # the base image, then the image

@@ -238,10 +238,10 @@ def test_dvc_runs_the_stages_without_an_activated_environment(tmp_path):
 
 
 def test_every_module_is_some_stage_code_or_a_tool():
-    """A module no stage runs is harness, the code of a `soarlab` command (cli.py's "module:function"
-    handlers) or a class Hydra instantiates (a `_target_:` in conf/, e.g. the sweep's callback);
+    """A module no stage runs is harness, the code of a `soarlab` command (what the handlers in
+    soarlab.commands run) or a class Hydra instantiates (a `_target_:` in conf/, e.g. the sweep's callback);
     anything else is dead, or a stage runs it without dvc.yaml knowing."""
-    commands = re.findall(r'"(soarlab[\w.]*):\w+"', (PKG / "cli.py").read_text())
+    commands = [module_of(p) for p in sorted((PKG / "commands").glob("*.py"))]
     conf = "".join(f.read_text() for f in (ROOT / "conf").rglob("*.yaml"))
     commands += re.findall(r"_target_:\s*(soarlab[\w.]*)\.\w+", conf)
     used = set().union(*(stage_code(s) for s in STAGES), *(closure(m) for m in commands))

@@ -113,7 +113,7 @@ def _log_run(client, experiment_id: str, quant: str, serve: str | None, p95: flo
 
 
 def test_length_flag_fires_at_the_margin_and_gate_refuses(tmp_path, monkeypatch, capsys):
-    from soarlab.decide import gate, lengths
+    from soarlab.decide import gate, length_flag
     from soarlab.prediction.calibration import fit
     from soarlab.decide.leaderboard import rows
     from soarlab.tracking.runs import load_runs
@@ -130,25 +130,25 @@ def test_length_flag_fires_at_the_margin_and_gate_refuses(tmp_path, monkeypatch,
     more_capped = _log_run(client, experiment_id, "fp8", "fp8", ref_p95, 2 + margins.at_cap_growth, 9.0)
     _, _, runs = load_runs(cfg, with_repeats=False)
     by_id = {r.run_id: r for r in runs}
-    assert lengths.reference_run(by_id[longer], runs).run_id == reference
-    assert lengths.flag(by_id[reference], runs, margins) is None  # the reference itself
-    assert lengths.flag(by_id[at_edge], runs, margins) is None
-    assert "p95" in lengths.flag(by_id[longer], runs, margins) and reference[:8] in lengths.flag(by_id[longer], runs, margins)
-    assert "at the cap" in lengths.flag(by_id[more_capped], runs, margins)
+    assert length_flag.reference_run(by_id[longer], runs).run_id == reference
+    assert length_flag.flag(by_id[reference], runs, margins) is None  # the reference itself
+    assert length_flag.flag(by_id[at_edge], runs, margins) is None
+    assert "p95" in length_flag.flag(by_id[longer], runs, margins) and reference[:8] in length_flag.flag(by_id[longer], runs, margins)
+    assert "at the cap" in length_flag.flag(by_id[more_capped], runs, margins)
     table = {row["run_id"]: row for row in rows(runs, fit(runs, cfg), cfg)}
     assert table[longer]["long_answers"] and not table[at_edge]["long_answers"]
 
     monkeypatch.chdir(ROOT)
     args = argparse.Namespace(target=longer, against=at_edge, min_gain=None, experiment=None,
                               overrides=[f"tracking.uri={uri}"], allow_long_answers=False)
-    refused = gate.gate_cli(args)
+    from soarlab.commands.decide import compare_cli, gate_cli
+
+    refused = gate_cli(args)
     out = capsys.readouterr().out
     assert refused == gate.EXIT_FAIL and "refused (--allow-long-answers to accept)" in out
     args.allow_long_answers = True
-    gate.gate_cli(args)
+    gate_cli(args)
     assert "allowed by --allow-long-answers" in capsys.readouterr().out
-
-    from soarlab.decide.compare import compare_cli
 
     compare_cli(argparse.Namespace(a=at_edge, b=longer, experiment=None, rerun=None, json=True,
                                    overrides=[f"tracking.uri={uri}"]))

@@ -234,7 +234,7 @@ def test_port_conflict_is_listed_with_its_fix(tmp_path, monkeypatch):
 def test_a_lease_record_of_an_ended_run_is_reported_then_removed_by_the_next_start(state_dir):
     """A run killed outright leaves its port's record; its server is gone too. doctor says so, and the
     next server start removes it (a real exited process's pid, a real lock file)."""
-    from soarlab.engines.lease import PortLease, lease_port, stale_leases
+    from soarlab.engines.port_lease import PortLease, lease_port, stale_leases
 
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     lease = PortLease(free_port())

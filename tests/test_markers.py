@@ -17,7 +17,7 @@ from conftest import ROOT
 HEAVY = {
     "a pipeline": re.compile(r'"dvc",[^\]\n]*"(repro|exp)"|run\("dvc", "(repro|exp)"|"exp", "run"'),
     "a sweep": re.compile(r'"sweep", (?!"--help")|sweep_cli\('),
-    "a container": re.compile(r"ensure_podman\(|container_cli\(|\"podman\", \"(run|build)\""),
+    "a container": re.compile(r"ensure_podman\(|container_tool\(|\"podman\", \"(run|build)\""),
     "GPTQ": re.compile(r"quantize_checkpoint\(|\"stage\", \"quantize\"|\"prepare-model\"[^\n]*quant=(gptq|rtn)"),
 }
 

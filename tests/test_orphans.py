@@ -22,7 +22,7 @@ import pytest
 from soarlab import leftovers
 from soarlab.engines import open_engine
 from soarlab.engines import sglang as sglang_engine
-from soarlab.engines.lease import PortLease, process_start_time
+from soarlab.engines.port_lease import PortLease, process_start_time
 from soarlab.engines.process import spawn
 from soarlab.engines.server import free_port, is_healthy, port_in_use
 from bench_helpers import bench_project, dvc_bench_project, wait_for
@@ -109,7 +109,7 @@ def test_stale_server_of_ours_is_stopped_and_reported(tmp_path, state_dir, monke
     try:
         wait_for(lambda: is_healthy(f"http://127.0.0.1:{port}", timeout=2), "the orphan to answer", limit_s=60)
         # its run: another process, which recorded the server in the lease and died without cleaning up
-        subprocess.run([sys.executable, "-c", "import sys; from soarlab.engines.lease import PortLease; "
+        subprocess.run([sys.executable, "-c", "import sys; from soarlab.engines.port_lease import PortLease; "
                         f"PortLease({port}).write({orphan.pid}, sys.argv[1:], 'old.log')", *cmd], check=True)
         rows = leftovers.server_rows()
         assert rows[0][:2] == ("stale server", False) and f"pid {orphan.pid} on port {port}" in rows[0][2]
@@ -219,7 +219,7 @@ def test_orphaned_server_without_a_lease_is_stopped_when_its_port_is_wanted(tmp_
     """A `transformers serve` of ours orphaned before leases existed (parent 1, no record): listed by
     doctor and stopped by the next start on its port. The stand-in runs under the launcher's module
     name (a shadowing `soarlab.engines.transformers_serve` on PYTHONPATH), as the real one would."""
-    from soarlab.engines.lease import lease_port, orphan_servers
+    from soarlab.engines.port_lease import lease_port, orphan_servers
 
     fake = tmp_path / "old" / "soarlab" / "engines"
     fake.mkdir(parents=True)

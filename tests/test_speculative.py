@@ -92,7 +92,7 @@ def test_cpu_engine_drafts_with_the_shipped_draft_and_counts_what_it_accepts(tin
     """A real `transformers serve` with spec=standalone, measured as bench measures a level: every streamed
     answer has exactly the asked length, and the target accepted drafted tokens (a trained draft's are)."""
     from soarlab.atomic import write_jsonl
-    from soarlab.bench.cli import prepare
+    from soarlab.bench.preflight import prepare
     from soarlab.bench.runner import run_level
     from soarlab.datasets.speed import make_speed_set
     from soarlab.tiny import DRAFT_DIR, install_tiny_model

@@ -10,7 +10,8 @@ from omegaconf import OmegaConf
 
 from soarlab.datasets.soar import read_jsonl, read_speed_set
 from soarlab.config import compose, plain
-from soarlab.datasets.speed import make_speed_set, make_speed_set_cli, named_profile
+from soarlab.commands.measure import make_speed_set_cli
+from soarlab.datasets.speed import make_speed_set, named_profile
 from soarlab.errors import SoarError
 
 from bench_helpers import ROOT

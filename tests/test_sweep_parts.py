@@ -14,7 +14,7 @@ from conftest import ROOT
 from soarlab.config import compose
 from soarlab.experiments import failure_reason
 from soarlab.sweep.app import add_overrides, split_name
-from soarlab.sweep.lease import gpu_lease
+from soarlab.sweep.gpu_lease import gpu_lease
 from soarlab.sweep.record import TrialResult, trial_key
 from soarlab.sweep.trial import pipeline_overrides
 
@@ -68,7 +68,7 @@ def _launcher(*overrides: str) -> dict:
 
 def test_launchers_give_each_trial_one_gpu_from_conf(monkeypatch):
     """conf/hydra/launcher/*.yaml extend the installed launchers' configs; the command line still wins."""
-    from soarlab.sweep.lease import parallel_trials
+    from soarlab.sweep.gpu_lease import parallel_trials
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")  # named GPUs, as a cluster hands them out
     local = _launcher()
@@ -131,7 +131,7 @@ def test_a_trials_processes_keep_the_machines_leases(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("value", ["", "-1"])
 def test_hidden_gpus_count_as_none(monkeypatch, value):
-    from soarlab.sweep.lease import parallel_trials
+    from soarlab.sweep.gpu_lease import parallel_trials
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
     assert parallel_trials() == 1

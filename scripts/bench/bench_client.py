@@ -108,7 +108,7 @@ def main() -> None:
     from omegaconf import OmegaConf
 
     from soarlab.atomic import write_jsonl
-    from soarlab.bench.cli import prepare
+    from soarlab.bench.preflight import prepare
     from soarlab.datasets.speed import load_tokenizer, make_speed_set
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_client."))

@@ -27,9 +27,9 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the measured images")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
-    from soarlab.container import container_cli
+    from soarlab.container import container_tool
 
-    cli = container_cli("auto")
+    cli = container_tool("auto")
     for tag in (TAG, BASE):
         cli.run(["rmi", "-f", tag], timeout=300)
     params = ROOT / "reports" / "bench-image-params.yaml"

@@ -35,7 +35,7 @@ def kill_to_port_free(root: Path, state: Path, sig: int, shell: str | None = Non
     """Signal `soarlab stage bench` (shell None), or the `dvc repro` that runs it with SHELL=shell."""
     from bench_helpers import wait_for
 
-    from soarlab.engines.lease import process_start_time
+    from soarlab.engines.port_lease import process_start_time
     from soarlab.engines.server import is_healthy, port_in_use
 
     shutil.rmtree(state, ignore_errors=True)
@@ -87,7 +87,7 @@ def start_probe(timeout_s: float, old: bool = False) -> float:
     old: what it did before, each of its three endpoints asked with a fixed 10 s timeout."""
     from bench_helpers import SilentServer
 
-    from soarlab.bench.cli import _reachable
+    from soarlab.bench.preflight import reachable
     from soarlab.engines.server import http_request
 
     server = SilentServer()
@@ -97,7 +97,7 @@ def start_probe(timeout_s: float, old: bool = False) -> float:
         if old:
             any(http_request(url + path, timeout=10)[0] is not None for path in ("/health", "/v1/models", "/get_model_info"))
         else:
-            _reachable(url, timeout_s)
+            reachable(url, timeout_s)
         return time.perf_counter() - t0
     finally:
         server.close()

@@ -45,7 +45,7 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["none", "standalone", "ngram"])
     args = parser.parse_args()
 
-    from soarlab.bench.cli import prepare
+    from soarlab.bench.preflight import prepare
     from soarlab.config import compose
     from soarlab.datasets.speed import load_tokenizer
     from soarlab.tiny import DRAFT_DIR, install_tiny_model

@@ -75,7 +75,7 @@ def make_sets(work: Path, model: Path, profile: str, n: int, seed: int) -> dict:
 
 def asked_order(dataset: Path, model: Path) -> list[tuple[int, int]]:
     """(prompt_len, output_len) in SOAR Lab's send order (= bench_serving's with --seed 1)."""
-    from soarlab.bench.cli import prepare
+    from soarlab.bench.preflight import prepare
     from soarlab.config import compose
     from soarlab.datasets.speed import load_tokenizer
 

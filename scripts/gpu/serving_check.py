@@ -57,7 +57,7 @@ def greedy_answers(server, prompts: list[str], tokens: int) -> list[str]:
 
 
 def one_variant(name: str, target: Path, draft: Path, speed_set: Path, tokens: int) -> dict:
-    from soarlab.bench.cli import prepare
+    from soarlab.bench.preflight import prepare
     from soarlab.bench.runner import run_level
     from soarlab.config import compose
     from soarlab.datasets.speed import load_tokenizer

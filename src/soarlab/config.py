@@ -94,11 +94,11 @@ def flatten(data: dict, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def write_params_cli(args) -> int:
-    """`soarlab params`: regenerate params.yaml, the file `dvc repro` reads."""
+def write_params(overrides: Sequence[str], output: str | Path) -> None:
+    """Write the composed config (conf/ plus `overrides`), validated, to `output`: params.yaml, the file
+    `dvc repro` reads."""
     from soarlab.atomic import write_text
 
-    cfg = hydra_config(args.overrides)
+    cfg = hydra_config(overrides)
     validate(cfg, "the composed config")
-    write_text(args.output, to_yaml(cfg))  # Hydra's own order, which `dvc exp run -S` keeps too
-    return 0
+    write_text(output, to_yaml(cfg))  # Hydra's own order, which `dvc exp run -S` keeps too

@@ -1,6 +1,6 @@
 """The container engine (Docker or Podman) that builds and runs the serving image.
 
-    cli = container_cli("auto")          # docker if `docker info` answers, else podman if `podman info` does
+    cli = container_tool("auto")         # docker if `docker info` answers, else podman if `podman info` does
     cli.run(["images"])                   # any subcommand, with the right environment
 
 Podman runs rootful here without a daemon. Two settings of this machine class need a
@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from soarlab.errors import SoarError
-from soarlab.paths import LOGS_DIR
 
 CLIS = ("docker", "podman")
 
@@ -122,7 +121,8 @@ def probe(choice: str) -> tuple[ContainerCLI | None, str]:
     return None, "; ".join(reasons)
 
 
-def container_cli(choice: str) -> ContainerCLI:
+def container_tool(choice: str) -> ContainerCLI:
+    """The Docker or Podman command line for package.container_cli = `choice`; an error when none answers."""
     cli, why = probe(choice)
     if cli is None:
         raise SoarError(f"no container engine answers ({why})",
@@ -163,17 +163,3 @@ def ensure_cpu_base(cli: ContainerCLI, tag: str, suite: str, sources: str | None
         raise SoarError(f"making base image {tag} failed (mmdebstrap exit {code}, import exit {imp.returncode}); "
                         f"log {log_path}", f"read {log_path}")
     return True
-
-
-def base_image_cli(args) -> int:
-    """`soarlab base-image [--force] [overrides]`: the CPU image's Debian base, made when missing."""
-    from soarlab.config import compose
-
-    cfg = compose(args.overrides or [])
-    spec = cfg.package.cpu_image
-    cli = container_cli(cfg.package.container_cli)
-    log = Path(cfg.paths.reports) / LOGS_DIR / "base-image.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    made = ensure_cpu_base(cli, spec.base, spec.suite, spec.apt_sources, log, force=args.force)
-    print(f"base image {spec.base}: {'made' if made else 'present'} ({cli.image_bytes(spec.base)} bytes, {cli.name})")
-    return 0

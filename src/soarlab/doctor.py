@@ -135,7 +135,3 @@ def format_table(rows: list[tuple[str, bool, str]]) -> str:
     width = max(len(name) for name, _, _ in rows)
     return "\n".join(f"{name:<{width}}  {'OK' if ok else 'NO':<2}  {detail}" for name, ok, detail in rows)
 
-
-def doctor_cli(args=None) -> int:
-    print(format_table(collect()))
-    return 0

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from soarlab.atomic import project_temp_outputs
-from soarlab.engines.lease import PortLease, listener_pids, orphan_servers, stale_leases, stale_servers
+from soarlab.engines.port_lease import PortLease, listener_pids, orphan_servers, stale_leases, stale_servers
 from soarlab.engines.server import port_in_use
 from soarlab.errors import SoarError
 from soarlab.schema import ExternalEngine, SoarConfig

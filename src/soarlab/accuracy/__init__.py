@@ -1,7 +1,7 @@
 """SOAR correctness (RULES.md 3): scoring, the lm-eval task and client, the correctness set, bootstrap CI.
 
-- `scoring.py`: extraction and scoring of one prediction, summaries, `soarlab eval-score`.
-- `lm_eval_tasks/soar_correctness/`: the lm-eval task (YAML plus hooks that call `scoring.py`).
+- `grading.py`: extraction and scoring of one prediction, summaries, `soarlab eval-score`.
+- `lm_eval_tasks/soar_correctness/`: the lm-eval task (YAML plus hooks that call `grading.py`).
 - `client.py`: the lm-eval chat model used against the served engine (failed requests count as 0).
 - `runner.py`: runs the task (and standard lm-eval tasks) through `lm_eval.simple_evaluate`.
 - `dataset.py`: `fetch_correctness_set` (embedded, pinned GitHub download, or a file).

@@ -18,7 +18,7 @@ from pathlib import Path
 from lm_eval.api.registry import register_model
 from lm_eval.models.openai_completions import LocalChatCompletion
 
-from soarlab.accuracy.scoring import FAILED_PREFIX
+from soarlab.accuracy.grading import FAILED_PREFIX
 from soarlab.errors import SoarError
 
 log = logging.getLogger(__name__)

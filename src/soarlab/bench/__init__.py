@@ -7,5 +7,5 @@
 - `results.py`: typed level reports; comparing two of them against their run-to-run spread
 - `report.py`: reports/bench/<level>.json, per-request JSONL, metrics.json, the plot, the printout
 - `loopback.py`: a local streaming server (tests, scripts/bench/bench_client.py)
-- `cli.py`: `soarlab bench`
+- `preflight.py`: before a level: is a server there, its API and model, the speed set as requests (`soarlab bench`)
 """

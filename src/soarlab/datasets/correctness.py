@@ -25,7 +25,7 @@ from soarlab.errors import SoarError
 from soarlab.schema import CorrectnessSource
 
 RAW_URL = "https://raw.githubusercontent.com/{repo}/{commit}/{file}"
-# The task types whose gold the official scorer reads in a known way (soarlab.accuracy.scoring scores them).
+# The task types whose gold the official scorer reads in a known way (soarlab.accuracy.grading scores them).
 ANY_OF_TASKS = ("qa", "niah", "lcx")
 COVERAGE_TASKS = ("cwe", "fwe")
 KNOWN_TASKS = ("mcq", *ANY_OF_TASKS, *COVERAGE_TASKS)

@@ -124,23 +124,6 @@ def load_tokenizer(name_or_dir: str):
         ) from None
 
 
-def make_speed_set_cli(args) -> int:
-    """`soarlab make-speed-set --profile P --tokenizer DIR --num-requests N --seed S --output FILE [overrides]`."""
-    from soarlab.atomic import write_jsonl
-    from soarlab.config import compose
-
-    bench = compose(args.overrides).bench
-    profile = named_profile(bench.profiles, args.profile)
-    tokenizer = load_tokenizer(args.tokenizer)
-    seed = bench.dataset.seed if args.seed is None else args.seed
-    rows = make_speed_set(tokenizer, profile, args.num_requests, seed, progress=True)
-    write_jsonl(args.output, rows)
-    n_in = sum(len(tokenizer.encode(r["question"])) for r in rows)
-    n_out = sum(len(tokenizer.encode(r["model_response"])) for r in rows)
-    print(f"wrote {len(rows)} requests to {args.output}: {n_in} input tokens, {n_out} output tokens")
-    return 0
-
-
 def context_length(tokenizer) -> int | None:
     """The model's context in tokens: max_position_embeddings of the config.json beside its tokenizer,
     else the tokenizer's model_max_length (None: neither says; transformers' "unset" is a huge number)."""
@@ -169,4 +152,3 @@ def check_profile_context(profile: dict, name: str, limit: int | None) -> None:
     if limit is not None and longest > limit:
         raise SoarError(f"speed-set profile {name} asks for up to {longest:,} tokens a request, over the model's "
                         f"context of {limit:,} tokens", "pick a profile within the context (bench.dataset.profile)")
-

@@ -18,17 +18,14 @@ noise (or noise unknown), 3 B is worse (slower somewhere and faster nowhere, or 
 
 from __future__ import annotations
 
-import json
 import math
-import sys
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
-from soarlab.decide.lengths import flag as length_flag
+from soarlab.decide.length_flag import flag as length_flag
 from soarlab.prediction.noise import NoiseRecord, log_interval, side
 from soarlab.tracking.runs import RunRecord
 from soarlab.domain import LEVELS
-from soarlab.names.mlflow_tags import COMPARE_TAG, MACHINE_TAG
 from soarlab.schema import SoarConfig
 
 EXIT_BETTER, EXIT_SAME, EXIT_WORSE, EXIT_MIXED = 0, 1, 3, 4
@@ -115,70 +112,3 @@ def answer_lengths(run: RunRecord, runs: Sequence[RunRecord], margins) -> dict |
     if p95 is None:
         return None
     return {"p95": p95, "at_cap": run.metrics.get("accuracy.length_at_cap", 0), "flag": length_flag(run, runs, margins)}
-
-
-def _describe(d: dict) -> str:
-    if d["difference_s"] is None:
-        return f"{d['level']:>5}: not comparable (a level without a valid duration)"
-    text = f"{d['level']:>5}: A {d['mean_a_s']:.3f} s, B {d['mean_b_s']:.3f} s, B-A {d['difference_s']:+.3f} s"
-    if d["low_s"] is None:
-        return text + " -> noise unknown (one repeat, no reruns, no noise record; rerun with --rerun 3)"
-    noise = " and ".join(dict.fromkeys(d["noise"]))
-    return text + f" [{d['low_s']:+.3f}, {d['high_s']:+.3f}] -> {d['verdict']} (noise: {noise}; runs {d['runs'][0]}/{d['runs'][1]})"
-
-
-def compare_cli(args) -> int:
-    from soarlab.decide.runs import decide_config, resolve
-    from soarlab.prediction.calibration import by_predicted_final, fit
-    from soarlab.prediction.noise import noise_record
-    from soarlab.tracking.runs import load_runs
-    from soarlab.errors import SoarError
-
-    cfg = decide_config(args)
-    _, _, runs = load_runs(cfg)
-    calibration = fit(runs, cfg)
-    rank = by_predicted_final(calibration, cfg.score)
-    a, b = resolve(args.a, runs, rank), resolve(args.b, runs, rank)
-    if a.run_id == b.run_id:
-        print(f"soarlab: note: {args.a} and {args.b} are the same run {a.run_id[:8]}", file=sys.stderr)
-    incidental = cfg.decide.incidental_params
-    if args.rerun is not None:
-        if args.rerun < 2:
-            raise SoarError(f"--rerun {args.rerun} gives no spread between runs", "give --rerun 2 or more (3 is a good start)")
-        from soarlab.decide.rerun import rerun_pair
-
-        a_runs, b_runs = rerun_pair(cfg, a, b, args.rerun)
-    else:
-        a_runs, b_runs = [a], [b]
-    record = noise_record(runs, a.tags.get(MACHINE_TAG, ""), incidental)
-    result = compare(a_runs, b_runs, cfg, record)
-    result["lengths"] = {side: answer_lengths(run, runs, cfg.decide.lengths) for side, run in (("A", a), ("B", b))}
-    if args.rerun is None and record is None:
-        print("soarlab: warning: no noise record for this machine (no two recorded runs with the same inputs): the "
-              "interval holds only the spread of each run's repeats, and runs drift more than that. Measure it with "
-              f"`soarlab compare {args.a} {args.b} --rerun 3`", file=sys.stderr)
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return result["exit_code"]
-    print(f"A = {a.name} ({a.run_id[:8]})\nB = {b.name} ({b.run_id[:8]})")
-    if args.rerun is not None:
-        print(f"reruns: {args.rerun} per side, interleaved (tag {COMPARE_TAG}={a_runs[0].tags.get(COMPARE_TAG)})")
-    elif record is not None:
-        print(record.describe())
-    print(f"duration B - A per level, {result['confidence']:.0%} Welch t interval of the run means:")
-    for d in result["levels"]:
-        print(_describe(d))
-    print(f"accuracy: {result['accuracy']}")
-    for side, lengths in result["lengths"].items():
-        if lengths:
-            print(f"answer lengths ({side}): p95 {lengths['p95']:.0f} tokens, {lengths['at_cap']:.0f} at the cap"
-                  + (f"; FLAGGED: {lengths['flag']}" if lengths["flag"] else ""))
-    for side, spec in result["speculative"].items():
-        if spec:
-            accept = ", ".join(f"{lvl} {v:.2f}" for lvl, v in spec["accept_length"].items() if v is not None)
-            changed = "" if spec["answers_changed"] is None else f"; answers changed against spec=none: {spec['answers_changed']:.0f}"
-            print(f"speculative decoding ({side}): tokens per verification {accept or '-'}{changed}")
-    verdict = {EXIT_BETTER: "B is better", EXIT_SAME: "no difference beyond noise", EXIT_WORSE: "B is worse",
-               EXIT_MIXED: "mixed: B is faster at one level and slower at another"}[result["exit_code"]]
-    print(f"verdict: {verdict} (exit {result['exit_code']})")
-    return result["exit_code"]

@@ -14,16 +14,15 @@ from __future__ import annotations
 import csv
 import io
 import json
-import sys
 from pathlib import Path
 
 from soarlab.prediction.calibration import Calibration, fit, predict
-from soarlab.decide.lengths import flag as length_flag
+from soarlab.decide.length_flag import flag as length_flag
 from soarlab.schema import SoarConfig
 from soarlab.tracking.params import config_delta
 from soarlab.tracking.runs import RunRecord
 from soarlab.domain import LEVELS
-from soarlab.names.mlflow_tags import DVC_EXPERIMENT_TAG, KIND_TAG, NOTE_TAG, PRUNED_TAG, ROLE_TAG, SWEEP_TAG
+from soarlab.names.mlflow_tags import DVC_EXPERIMENT_TAG, KIND_TAG, NOTE_TAG, ROLE_TAG, SWEEP_TAG
 
 _NAME_CHARS = 48  # run names in the table; JSON and CSV keep them whole
 
@@ -136,38 +135,3 @@ def log_plot(client, experiment: str, sweep: str | None, plot: Path) -> str:
         client.set_terminated(run_id, "FINISHED")
     client.log_artifact(run_id, str(plot), artifact_path="leaderboard")
     return run_id
-
-
-def leaderboard_cli(args) -> int:
-    from soarlab.decide.runs import decide_config
-    from soarlab.tracking.runs import load_runs
-    from soarlab.paths import project_root
-
-    cfg = decide_config(args)
-    client, _, runs = load_runs(cfg, model=args.model, speed_set=args.speed_set, sweep=args.sweep)
-    calibration = fit(runs, cfg)
-    for warning in calibration.warnings:
-        print(f"soarlab: warning: {warning}", file=sys.stderr)
-    table = rows(runs, calibration, cfg)
-    if table or args.format == "json":  # an empty JSON list is still JSON
-        print(render(table, args.format))
-    if not table:
-        print(f"no run with bench figures in experiment {cfg.tracking.experiment!r}"
-              f"{'' if runs.pruned else ': run the pipeline first (dvc repro)'}", file=sys.stderr)
-    if runs.pruned:
-        print(f"{len(runs.pruned)} pruned sweep trial(s) not ranked: stopped early, no full bench "
-              f"(the run's {PRUNED_TAG} tag says why)", file=sys.stderr)
-    for row in table:
-        if row["long_answers"]:
-            print(f"soarlab: warning: #{row['rank']} {row['run_id'][:8]}: {row['long_answers']}", file=sys.stderr)
-    for record in calibration.noise.values():
-        print(record.describe(), file=sys.stderr)
-    if not calibration.noise and runs:
-        print("no noise record: no two runs with the same inputs on one machine, so a duration's run-to-run noise "
-              "is unknown; measure it with `soarlab compare A B --rerun 3`", file=sys.stderr)
-    if not args.no_plot and table:
-        target = Path(args.plot or project_root() / cfg.decide.leaderboard.plot)
-        if pareto_plot(table, runs, cfg, calibration.noise, target):
-            run_id = log_plot(client, cfg.tracking.experiment, args.sweep, target)
-            print(f"Pareto plot: {target} (MLflow run {run_id}, artifacts/leaderboard)", file=sys.stderr)
-    return 0

@@ -12,7 +12,7 @@ runs transformers or sglang inside the serving image instead, on the original mo
 (paths.base_model), as the platform does. A started server runs in its own process group with its
 output in `log_path`, and is always stopped when the block exits (also on errors, Ctrl-C and
 SIGTERM); it dies with this process even on SIGKILL (process.py).
-Its port is leased (lease.py): a taken `engine.port` gives a free one, said on stderr.
+Its port is leased (port_lease.py): a taken `engine.port` gives a free one, said on stderr.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def open_engine(cfg: SoarConfig, model_dir: str | Path, log_path: str | Path) ->
             yield server
         return
     if engine.launcher == "container":  # the serving image runs the original model (paths.base_model)
-        from soarlab.engines.container import open_container
+        from soarlab.engines.containerized import open_container
 
         opened = open_container(cfg, Path(log_path))
     elif isinstance(engine, SGLangEngine):

@@ -4,7 +4,7 @@ A server dies with the run that started it, however that run ends. A clean exit,
 or SIGTERM/SIGHUP (turned into an exception by the CLI) stop it in `managed_server`'s `finally`.
 SIGKILL runs no code: for it the kernel kills the server itself (PR_SET_PDEATHSIG), and whatever
 still survives (other processes of the server's group) is found through the port lease
-(soarlab.engines.lease) and stopped on the next start.
+(soarlab.engines.port_lease) and stopped on the next start.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
 
-from soarlab.engines.lease import PortLease, lease_port, stop_group
+from soarlab.engines.port_lease import PortLease, lease_port, stop_group
 from soarlab.engines.server import is_healthy
 from soarlab.errors import SoarError
 from soarlab.parent_death import set_parent_death_signal

@@ -1,6 +1,6 @@
 """engine=sglang: `python -m sglang.launch_server` on a GPU machine (engine.launcher=local).
 
-engine.launcher=container runs the GPU serving image instead (soarlab.engines.container).
+engine.launcher=container runs the GPU serving image instead (soarlab.engines.containerized).
 
 The server flags come from `engine.server_args` (flag name -> value; true = bare flag,
 false/null = omitted) plus `--quantization` from `quant.serve_quantization`. The same code
@@ -154,7 +154,7 @@ def open_sglang(cfg: SoarConfig, model_dir: Path, log_path: Path) -> Iterator[Se
     model_dir = validate_model_dir(Path(model_dir).resolve())
     preflight(cfg)
     ep = cfg.engine
-    # A cache folder the caller already chose wins (a sweep trial's, per GPU: soarlab.sweep.lease).
+    # A cache folder the caller already chose wins (a sweep trial's, per GPU: soarlab.sweep.gpu_lease).
     env = {var: path for var, path in jit_cache_env(cfg).items() if var not in os.environ}
     for path in env.values():
         Path(path).mkdir(parents=True, exist_ok=True)

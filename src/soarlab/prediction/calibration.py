@@ -13,7 +13,7 @@ Accuracy: an offset official - local ori; one submission: its local bootstrap in
 width is the uncertainty; more: mean offset with its t interval. A run's predicted ori adds the
 offset; the two half widths add in quadrature.
 
-Speed scores, C and final come from `soarlab.metrics.scoring.final_score` at the point and at the
+Speed scores, C and final come from `soarlab.final_score.final_score` at the point and at the
 two ends (slow durations with low ori; fast durations with high ori): final only grows with speed
 and accuracy, so those bound it. duration_best is `decide.calibration.official_best`, else the
 fastest recorded official duration, and never slower than the run itself (RULES.md 1).
@@ -35,7 +35,7 @@ from soarlab.tracking.runs import RunRecord
 from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
 from soarlab.names.mlflow_tags import MACHINE_TAG
-from soarlab.metrics.scoring import final_score
+from soarlab.final_score import final_score
 
 Interval = tuple[float, float, float]  # (point, low, high)
 

@@ -8,7 +8,6 @@ Modules:
 - `quantize`: the whole job (GPTQ, RTN or none) -> a served-ready directory, written atomically.
 - `hf_compat`: reload a quantized checkpoint with transformers (+ optimum + gptqmodel) on CPU.
 - `packing`: unpack GPTQ tensors (shared by the validator and the error report).
-- `check`: `soarlab check-checkpoint DIR` (RULES.md 7).
+- `check`: the checkpoint validator of RULES.md 7 (`soarlab check-checkpoint DIR`).
 - `report`: sizes, bits per module, per-layer reconstruction error.
-- `prepare`: `soarlab prepare-model` (the submission's prepare_model.sh).
 """

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -270,16 +269,3 @@ def check_checkpoint(model_dir: str | Path, exclude: Iterable[str]) -> list[str]
         with safe_open(str(f), framework="pt") as h:
             tensors.update(dict.fromkeys(h.keys(), f))
     return problems + _tensor_problems(tensors, q, [re.compile(p) for p in exclude], config)
-
-
-def check_checkpoint_cli(args) -> int:
-    from soarlab.config import compose
-
-    problems = check_checkpoint(args.dir, compose(args.overrides).quant.exclude)
-    if problems:
-        for p in problems:
-            print(f"problem: {p}")
-        print(f"{args.dir}: {len(problems)} problem(s); not ready to serve", file=sys.stderr)
-        return 1
-    print(f"{args.dir}: ok (RULES.md 7 checks passed)")
-    return 0

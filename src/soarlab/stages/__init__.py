@@ -13,24 +13,25 @@ from soarlab.paths import LOGS_DIR
 from soarlab.schema import SoarConfig
 
 
-def run_stage_cli(args) -> int:
+def run_stage(name: str, params_file: str) -> int:
+    """Run stage `name` on the config in `params_file` (what `soarlab stage` and so dvc.yaml call)."""
     from soarlab.parent_death import stop_with_dvc
     from soarlab.tracking.stage_times import record_stage_time
 
     from soarlab.errors import SoarError
 
     stop_with_dvc()  # a killed `dvc` stops its stage (and the stage's server) too
-    module = importlib.import_module(f"soarlab.stages.{args.name.replace('-', '_')}")
+    module = importlib.import_module(f"soarlab.stages.{name.replace('-', '_')}")
     try:
-        cfg = load_params(args.params)  # validated (soarlab.schema): a bad engine.port fails every stage at once
+        cfg = load_params(params_file)  # validated (soarlab.schema): a bad engine.port fails every stage at once
     except SoarError as exc:  # `dvc repro -s STAGE` skips check-params: DVC has removed this stage's outputs
         _say_how_to_restore(exc)
         raise
     _remove_leftovers(cfg)
     start = time.time()
     try:
-        if args.name == "track":  # it records the config file itself: its digest and an artifact
-            module.run(cfg, params_file=args.params)
+        if name == "track":  # it records the config file itself: its digest and an artifact
+            module.run(cfg, params_file=params_file)
         else:
             module.run(cfg)
     except BaseException as exc:
@@ -38,7 +39,7 @@ def run_stage_cli(args) -> int:
         _say_how_to_restore(exc)
         raise
     # The MLflow run's start and end are the pipeline's: track reads these times back.
-    record_stage_time(Path(cfg.paths.reports), args.name, start, time.time())
+    record_stage_time(Path(cfg.paths.reports), name, start, time.time())
     return 0
 
 

@@ -20,7 +20,7 @@ def evaluate(server, data_file, model_dir, cfg: SoarConfig) -> tuple[dict, list[
     """(summary, per-sample records) of the correctness set against a running server."""
     from soarlab.accuracy.lengths import summarize_lengths
     from soarlab.accuracy.runner import run_correctness, run_standard_tasks
-    from soarlab.accuracy.scoring import score_rows, summarize
+    from soarlab.accuracy.grading import score_rows, summarize
     from soarlab.datasets.correctness import read_correctness_set
 
     rows = read_correctness_set(data_file)
@@ -49,7 +49,7 @@ def run(cfg: SoarConfig, server=None) -> dict:
     import contextlib
 
     from soarlab.accuracy.lengths import describe
-    from soarlab.accuracy.scoring import flat_metrics
+    from soarlab.accuracy.grading import flat_metrics
     from soarlab.engines import open_engine
 
     root = project_root()
@@ -80,7 +80,7 @@ def after_bench(cfg: SoarConfig, server) -> dict:
     import json
 
     from soarlab.accuracy import after_load, lengths
-    from soarlab.accuracy.scoring import flat_metrics
+    from soarlab.accuracy.grading import flat_metrics
 
     root = project_root()
     out = root / cfg.paths.reports / ACCURACY_DIR

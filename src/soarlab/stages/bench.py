@@ -33,7 +33,7 @@ def run(cfg: SoarConfig, server=None, checkpoints=None) -> None:
     import contextlib
 
     from soarlab.atomic import atomic_dir
-    from soarlab.bench.cli import prepare
+    from soarlab.bench.preflight import prepare
     from soarlab.bench.report import server_metrics_lines, write_level, write_summary
     from soarlab.bench.runner import run_level
     from soarlab.datasets.speed import load_tokenizer

@@ -1,6 +1,6 @@
 """check-params: the first stage DVC runs whenever params.yaml changed (dvc.yaml says why).
 
-The check itself is the stage runner's (soarlab.stages.run_stage_cli validates params.yaml against
+The check itself is the stage runner's (soarlab.stages.run_stage validates params.yaml against
 soarlab.schema before any stage runs); what is left here is the output other stages depend on, so
 that DVC orders this stage first. It is the same for every valid config: nothing after it re-runs
 because of it.

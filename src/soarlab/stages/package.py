@@ -123,7 +123,7 @@ def build_and_time(cfg: SoarConfig, out: Path) -> tuple[dict, str]:
     """Build the engine's serving image and start it once; (metrics, status). See the module docstring."""
     import time
 
-    from soarlab.container import container_cli
+    from soarlab.container import container_tool
     from soarlab.engines import open_engine
     from soarlab.package.image import build, image_spec
 
@@ -131,7 +131,7 @@ def build_and_time(cfg: SoarConfig, out: Path) -> tuple[dict, str]:
     if spec is None:
         raise SoarError(f"engine={cfg.engine.name} has no serving image to build",
                         "use engine=transformers (CPU image) or engine=sglang (GPU image), or package.build_image=false")
-    cli = container_cli(cfg.package.container_cli)
+    cli = container_tool(cfg.package.container_cli)
     # Logs are written outside the atomic output, so that a failure leaves them behind; copied in on success.
     logs = Path(cfg.paths.reports) / LOGS_DIR
     logs.mkdir(parents=True, exist_ok=True)

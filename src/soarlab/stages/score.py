@@ -13,7 +13,7 @@ from soarlab.atomic import write_json
 from soarlab.errors import SoarError
 from soarlab.bench.metrics import level_key
 from soarlab.domain import LEVELS
-from soarlab.metrics.scoring import final_score
+from soarlab.final_score import final_score
 from soarlab.paths import (
     ACCURACY_DIR, BENCH_DIR, METRICS_FILE, PRUNED_FILE, REFERENCE_FILE, SCORE_FILE, project_root,
 )

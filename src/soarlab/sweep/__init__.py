@@ -6,6 +6,6 @@ registered here so that every process that composes or runs a sweep's config kno
 
 from omegaconf import OmegaConf
 
-from soarlab.sweep.lease import parallel_trials
+from soarlab.sweep.gpu_lease import parallel_trials
 
 OmegaConf.register_new_resolver("soarlab.parallel_trials", parallel_trials, replace=True)

@@ -86,13 +86,15 @@ def check_outputs_cached(root) -> None:
 _PRINT_ONLY = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc"}
 
 
-def sweep_cli(args) -> int:
+def run_sweep(hydra_args: list[str]) -> int:
+    """Hydra's command line (`soarlab sweep ...`, `--name NAME` to name or resume the sweep): a multirun of
+    the pipeline under conf/sweep_app.yaml, each trial a DVC experiment."""
     import hydra
 
     import soarlab.sweep  # noqa: F401  (registers the config resolver the launchers use)
     from soarlab.sweep.trial import run_trial
 
-    name, argv = split_name(list(args.hydra_args))
+    name, argv = split_name(list(hydra_args))
     if name is not None and not _NAME.match(name):
         raise SoarError(f"sweep name {name!r} is not usable as a DVC experiment name",
                         "use letters, digits, '-', '_' and '.', starting with a letter or digit")

@@ -29,7 +29,7 @@ from soarlab.names.environment import PARENT_RUN_ENV, SWEEP_ENV, TRIAL_ENV, TRIA
 from soarlab.names.mlflow_tags import GPU_TAG, SPEED_SET_TAG, TRIAL_ENDED_TAG, TRIAL_LOG_TAG, TRIAL_STARTED_TAG
 from soarlab.paths import SCORE_FILE, project_root
 from soarlab.schema import SoarConfig, validate, validate_sweep, validate_trial
-from soarlab.sweep.lease import gpu_lease, try_lock
+from soarlab.sweep.gpu_lease import gpu_lease, try_lock
 from soarlab.pruning import PrunedTrial
 from soarlab.sweep.pruning import TrialPruning, forget_pruned_evaluate, pruner_config
 from soarlab.sweep.record import SweepRecord, TrialResult, experiment_name, trial_key, trial_label

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from soarlab.domain import LEVELS
-from soarlab.metrics.scoring import coefficient, normalized_accuracy
+from soarlab.final_score import coefficient, normalized_accuracy
 from soarlab.names.mlflow_tags import (
     CONFIG_NAME_TAG, KIND_TAG, MODEL_TAG, PARENT_TAG, SPEED_SET_TAG, SUBMITTED_TAG, SWEEP_TAG,
 )

@@ -1,10 +1,10 @@
-"""Hooks of the soar_correctness lm-eval task. The scoring itself is soarlab.accuracy.scoring (one implementation)."""
+"""Hooks of the soar_correctness lm-eval task. The scoring itself is soarlab.accuracy.grading (one implementation)."""
 
 from __future__ import annotations
 
 import json
 
-from soarlab.accuracy.scoring import FAILED_PREFIX, score_prediction
+from soarlab.accuracy.grading import FAILED_PREFIX, score_prediction
 from soarlab.datasets.correctness import KNOWN_TASKS, read_correctness_set
 
 

@@ -15,7 +15,7 @@ import ipaddress
 from pathlib import Path
 from typing import Iterator
 
-from soarlab.container import ContainerCLI, container_cli
+from soarlab.container import ContainerCLI, container_tool
 from soarlab.engines.common import base_url
 from soarlab.engines.process import managed_server, port_lease
 from soarlab.engines.server import Server
@@ -96,7 +96,7 @@ def open_container(cfg: SoarConfig, log_path: Path) -> Iterator[Server]:
     if not (base / "config.json").is_file():
         raise SoarError(f"{base} has no config.json (the original model the container quantizes)",
                         "run the fetch-model stage first (dvc repro fetch-model)")
-    cli = container_cli(cfg.package.container_cli)
+    cli = container_tool(cfg.package.container_cli)
     if not cli.image_exists(spec.tag):
         raise SoarError(f"serving image {spec.tag} is not built",
                         "run the package stage with this engine (dvc repro package, engine.launcher=container)")

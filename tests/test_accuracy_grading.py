@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from soarlab.accuracy.scoring import (
+from soarlab.accuracy.grading import (
     answer_part,
     bootstrap_ci,
     extract_mcq,
@@ -152,7 +152,7 @@ def test_c_bands_and_bootstrap_warning():
 
 def test_reported_pairs_of_rules_md():
     # RULES.md 1: ori 78.71 -> C 0.96; 78.07 -> 0.92; 76.64 -> 0
-    from soarlab.metrics.scoring import coefficient, normalized_accuracy
+    from soarlab.final_score import coefficient, normalized_accuracy
 
     for ori, c in ((78.71, 0.96), (78.07, 0.92), (76.64, 0.0), (80.0, 1.0), (95.0, 1.0)):
         assert coefficient(normalized_accuracy(ori, 80.0, 100), SCORE_CFG.c_table, 0.0) == c

@@ -1,4 +1,6 @@
-"""`soarlab bench --url URL --dataset FILE --level S1|S8|Smax`: one level against any running server.
+"""What comes before a level is measured: the server answers (`reachable`), which API it speaks
+(`probe_api`) and which model it serves (`server_model`), and the speed set as requests in send order
+(`prepare`). `soarlab bench` (soarlab.commands.measure) runs one level against any running server with them.
 
 The API is SGLang native (/generate) or OpenAI (/v1/completions); `--api auto` probes
 GET /get_model_info (or /server_info): answered means SGLang, else OpenAI. The tokenizer that
@@ -12,9 +14,8 @@ import time
 from pathlib import Path
 
 from soarlab.bench.results import SpeedSetInfo
-from soarlab.engines.server import Server, http_request, served_models
+from soarlab.engines.server import http_request, served_models
 from soarlab.errors import SoarError
-from soarlab.paths import BENCH_DIR
 from soarlab.schema import BenchGroup
 
 
@@ -29,7 +30,7 @@ def _get_json(url: str, timeout: float):
         return None
 
 
-def _reachable(base_url: str, timeout_s: float) -> bool:
+def reachable(base_url: str, timeout_s: float) -> bool:
     """Anything answers (any status) on one of the endpoints servers of either API have, all
     within `timeout_s` (a socket that accepts and never answers costs that long, not three times it)."""
     deadline = time.monotonic() + timeout_s
@@ -81,35 +82,3 @@ def prepare(dataset: str | Path, tokenizer, bench: BenchGroup) -> tuple[list, Sp
         output_tokens=sum(r.output_len for r in requests),
     )
     return requests, info
-
-
-def bench_cli(args) -> int:
-    from soarlab.bench.report import print_level, write_level, write_summary
-    from soarlab.bench.runner import run_level
-    from soarlab.config import compose
-    from soarlab.datasets.speed import load_tokenizer
-
-    cfg = compose(args.overrides)
-    bench, output_dir = cfg.bench, args.output_dir or str(Path(cfg.paths.reports) / BENCH_DIR)
-    base_url = args.url.rstrip("/")
-    if not _reachable(base_url, bench.connect_timeout_s):
-        raise SoarError(f"no server answers at {base_url} within {bench.connect_timeout_s:g} s (bench.connect_timeout_s)",
-                        "start the server first, or fix --url")
-    probe_s = bench.connect_timeout_s
-    api = probe_api(base_url, probe_s) if args.api == "auto" else args.api
-    named = server_model(base_url, api, probe_s)
-    tok_name = args.tokenizer or named
-    if not tok_name:
-        raise SoarError("the server does not name its tokenizer", "pass --tokenizer MODEL_DIR")
-    tokenizer = load_tokenizer(tok_name)
-    if args.level not in bench.levels:
-        raise SoarError(f"level {args.level} is not in bench.levels", f"use one of {', '.join(bench.levels)}")
-    requests, info = prepare(args.dataset, tokenizer, bench)
-    model = bench.model or (named if api == "openai" else None)
-    server = Server(base_url, api, model=model)
-    report, rows = run_level(server, requests, args.level, bench.levels[args.level], bench, tokenizer, info)
-    write_level(output_dir, report, rows)
-    write_summary(output_dir, make_plot=bench.plot)
-    print_level(report, output_dir)
-    return 0 if report.valid else 1
-

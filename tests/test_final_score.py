@@ -10,7 +10,7 @@ import pytest
 
 from soarlab.config import compose
 from soarlab.errors import SoarError
-from soarlab.metrics.scoring import coefficient, final_score, normalized_accuracy, parse_levels
+from soarlab.final_score import coefficient, final_score, normalized_accuracy, parse_levels
 
 from conftest import ROOT
 

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Mapping, Sequence
 
@@ -70,14 +69,3 @@ def parse_levels(text: str) -> dict[str, float]:
     if unknown or len(values) != len(LEVELS):
         raise SoarError(f"levels in {text!r} must be exactly {_LEVELS_TEXT}", f"write them as {_LEVELS_FORMAT}")
     return values
-
-
-def score_cli(args) -> int:
-    from soarlab.config import compose_official
-
-    cfg = compose_official(args.overrides)
-    result = final_score(
-        parse_levels(args.durations), parse_levels(args.best), args.ori_accuracy, cfg.model.baseline_accuracy, cfg.score
-    )
-    print(json.dumps(result))
-    return 0

@@ -10,13 +10,12 @@ One prediction, everything case-insensitive:
 The first `ANSWER:` match counts (a regex search, as in the evaluation code the official
 prompt wording comes from). A request that failed is scored 0 and kept, never dropped.
 
-`eval_score_cli` is `soarlab eval-score`: it scores predictions made elsewhere (for example the
+`score_files` is what `soarlab eval-score` runs: it scores predictions made elsewhere (for example the
 official `eval_model.py`) against a dataset, line by line.
 """
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections import defaultdict
@@ -126,7 +125,7 @@ def bootstrap_ci(scores: Sequence[float], resamples: int, seed: int, confidence:
 def summarize(records: Sequence[Mapping], baseline: float, score_cfg: ScoreGroup,
               bootstrap_cfg: Bootstrap | None = None) -> dict:
     """ori, normalized, C, per-task scores, failures, unknown tasks, and (with bootstrap_cfg) the CI and its warning."""
-    from soarlab.metrics.scoring import coefficient, normalized_accuracy
+    from soarlab.final_score import coefficient, normalized_accuracy
 
     scores = [float(r["score"]) for r in records]
     ori = 100.0 * sum(scores) / len(scores) if scores else 0.0
@@ -252,12 +251,3 @@ def score_files(dataset: str | Path, predictions: str | Path, cfg: SoarConfig) -
         "failed": summary["failed"],
         "warnings": summary["warnings"],
     }
-
-
-def eval_score_cli(args) -> int:
-    """`soarlab eval-score --dataset FILE --predictions FILE [overrides]`: print one JSON object."""
-    from soarlab.config import compose_official
-
-    cfg = compose_official(args.overrides)
-    print(json.dumps(score_files(args.dataset, args.predictions, cfg)))
-    return 0

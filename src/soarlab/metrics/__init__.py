@@ -1,1 +1,0 @@
-"""Metrics: the SOAR score (RULES.md 1)."""
