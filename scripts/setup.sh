@@ -45,8 +45,11 @@ phase_done "system packages"
 # pip byte-compiles what it installs on one core; installing without that, then compiling the whole
 # environment on every core, gives the same .pyc files sooner.
 pip_install() {  # pip_install PYTHON PIP-ARGS...
+    # Without pip's line per package that a local `file://` index lacks (pip.conf's extra-index-url), which says
+    # nothing the user must act on; pip's own exit status stays the function's (pipefail).
     local python=$1; shift
-    "$python" -m pip install -q --no-compile "$@"
+    "$python" -m pip install -q --no-compile "$@" 2>&1 \
+        | { grep -v "^WARNING: Location 'file://.*' is ignored: it is neither a file nor a directory\.$" || true; }
 }
 compile_env() {  # compile_env PYTHON: only when a package was installed since the last time (this project's
     # editable install, redone by every run, needs none); compileall's failures are files some packages
