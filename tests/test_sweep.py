@@ -23,6 +23,9 @@ import mlflow
 import pytest
 
 from conftest import QUICK_BENCH, make_fresh_project
+from soarlab.config import params_data
+from soarlab.names.mlflow_tags import CONFIG_TAG
+from soarlab.tracking.params import run_params
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -271,4 +274,7 @@ def test_trial_on_another_machine_pulls_from_the_dvc_remote_and_logs_to_the_team
     assert "exp run --temp --pull" in log and "Stage 'quantize' is cached" in log
     assert "Running stage 'quantize'" not in log and "Running stage 'fetch-model'" not in log
     parent, runs = children(other, "pull", uri=mlflow_server)
-    assert len(runs) == 1 and runs[0].data.params["tracking.uri"] == mlflow_server
+    assert len(runs) == 1
+    config = mlflow.artifacts.download_artifacts(run_id=runs[0].info.run_id, artifact_path=runs[0].data.tags[CONFIG_TAG],
+                                                 dst_path=str(tmp_path / "config"), tracking_uri=mlflow_server)
+    assert run_params(params_data(config))["tracking.uri"] == mlflow_server  # the run's composed config, as logged

@@ -87,7 +87,7 @@ def test_shipped_model_scores_the_readme_table(tiny_model_dir, tmp_path, monkeyp
     (RULES.md 7) where it decides the score: the default mixed preset and 8-bit keep C, the default with margin,
     and fully 4-bit weights lose it."""
     from soarlab.config import compose
-    from soarlab.datasets.correctness import fetch_correctness_set
+    from soarlab.datasets.correctness import fetch_correctness_set, read_correctness_set
     from soarlab.stages import accuracy
 
     table = _readme_table()
@@ -107,7 +107,11 @@ def test_shipped_model_scores_the_readme_table(tiny_model_dir, tmp_path, monkeyp
         summary = accuracy.run(cfg)
         assert summary["failed"] == 0, summary["warnings"]
         measured[preset] = (round(summary["ori_accuracy"], 2), summary["C"])
-    assert measured == table
+    # One answer may flip between CPU types (their float kernels round differently): each raw accuracy is the
+    # table's within one question, and each C is the table's.
+    one_question = 100 / len(read_correctness_set(tmp_path / "data" / "correctness.jsonl"))
+    assert {p: c for p, (_, c) in measured.items()} == {p: c for p, (_, c) in table.items()}, measured
+    assert all(abs(measured[p][0] - table[p][0]) <= one_question + 0.01 for p in table), (measured, table)
     # unquantized, 8-bit and the default hold C = 1, so the main command's final score is above 0
     assert (measured["none"][1], measured["gptq_w4_mixed"][1], measured["gptq_w8"][1]) == (1, 1, 1), measured
     assert (measured["gptq_w4"][1], measured["rtn_w4"][1]) == (0, 0), measured
