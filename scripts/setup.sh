@@ -82,7 +82,7 @@ echo "setup done in $SECONDS s ($(IFS=,; echo "${phases[*]}" | sed 's/,/, /g')):
 
 if $gpu; then
     # SGLang's own environment: requirements/sglang.txt pins a release that loads MiniCPM-SALA
-    # (tests/test_gpu_env.py resolves it against the package index for Linux x86-64).
+    # (tests/repo/test_gpu_env.py resolves it against the package index for Linux x86-64).
     SGLANG_PYTHON=${SGLANG_PYTHON:-$(command -v python3.12 || command -v python3.11 || command -v python3)}
     [ -x .venv-sglang/bin/python ] || "$SGLANG_PYTHON" -m venv .venv-sglang
     pip_install .venv-sglang/bin/python --upgrade pip

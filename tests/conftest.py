@@ -1,16 +1,17 @@
-"""Shared fixtures. The tiny model is the shipped checkpoint, installed once per test session."""
+"""Shared fixtures and pytest hooks (the helpers tests share are in support.py). The tiny model is the shipped
+checkpoint, installed once per test session."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+pytest.register_assert_rewrite("support")  # its asserts report their values, as a test's do
+
+from support import ROOT, copy_conf, make_fresh_project, make_project  # noqa: E402
 
 
 def pytest_xdist_auto_num_workers(config) -> int | None:
@@ -85,101 +86,48 @@ def state_dir(tmp_path, monkeypatch) -> Path:
 @pytest.fixture
 def source_project(tmp_path, monkeypatch) -> Path:
     """A copy (the working directory) of the project's conf/, src/soarlab and pyproject.toml (what package bundles)."""
-    proj = tmp_path / "proj"
-    shutil.copytree(ROOT / "conf", proj / "conf")
+    proj = copy_conf(tmp_path / "proj")
     shutil.copytree(ROOT / "src" / "soarlab", proj / "src" / "soarlab", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", proj / "pyproject.toml")
     monkeypatch.chdir(proj)
     return proj
 
 
-def make_project(dest: Path) -> tuple[Path, dict[str, str]]:
-    """A git repo at `dest` holding this project's tracked and untracked-but-not-ignored files (what a
-    fresh clone plus local edits would hold), and the environment to run `dvc`/`soarlab` in it."""
-    files = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True
-    ).stdout.decode().split("\0")
-    for name in filter(None, files):
-        if (ROOT / name).is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, dest / name)
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-    }
-    env.pop("DVC_ROOT", None)
-    for cmd in (["git", "init", "-q", "-b", "main"], ["git", "add", "-A"], ["git", "commit", "-qm", "copy"]):
-        subprocess.run(cmd, cwd=dest, env=env, check=True)
-    return dest, env
+@pytest.fixture
+def conf_project(tmp_path, monkeypatch) -> Path:
+    """A project folder (the working directory) holding a copy of the project's conf/ and nothing else,
+    so that a test writes nothing into the checkout."""
+    proj = copy_conf(tmp_path / "proj")
+    monkeypatch.chdir(proj)
+    return proj
 
 
-def make_fresh_project(dest: Path) -> tuple[Path, dict[str, str]]:
-    """make_project without outputs: the committed dvc.lock names outputs made on another machine, which
-    this copy's DVC cache does not hold (a user would `dvc pull` or `dvc repro` them first; `soarlab
-    sweep` refuses to start on them and says so)."""
-    dest, env = make_project(dest)
-    subprocess.run(["git", "rm", "-q", "dvc.lock"], cwd=dest, env=env, check=True)
-    subprocess.run(["git", "commit", "-qm", "no outputs yet"], cwd=dest, env=env, check=True)
-    return dest, env
+@pytest.fixture
+def project_with_accuracy(tmp_path, monkeypatch):
+    """(folder, composed config) of a project (the working directory) whose accuracy report is written and
+    whose bench report is the test's to write: conf/, a speed set, a params.yaml and
+    reports/accuracy/metrics.json; no DVC_ROOT. What the reference, score and track stages read."""
+    from soarlab.atomic import write_json
+    from soarlab.config import compose
+
+    copy_conf(tmp_path)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "speed.jsonl").write_text('{"question": "q", "model_response": "a"}\n')
+    (tmp_path / "params.yaml").write_text("a: 1\n")
+    write_json(tmp_path / "reports" / "accuracy" / "metrics.json", {"ori_accuracy": 55.56})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    return tmp_path, compose()
 
 
-# For tests about something other than the bench's figures: one timed run per level and no pause after
-# the cache flush (the tiny default runs 3 repeats and pauses 1 s, as the official tool does).
-QUICK_BENCH_FIELDS = {"repeats": 1, "pause_after_flush_s": 0.0}
-QUICK_BENCH = [f"bench.{key}={value}" for key, value in QUICK_BENCH_FIELDS.items()]  # as Hydra overrides
-
-# A pipeline served by a loopback server (soarlab.bench.loopback, given with -S engine.url=...): the served
-# answers are the loopback's, so the tiny model is neither quantized nor served (CPU time).
-LOOPBACK_PIPELINE = ["-S", "quant=none", "-S", "engine=external",
-                     "-S", "bench.pause_after_flush_s=0", "-S", "eval.retries=0"]
+@pytest.fixture(scope="module")
+def repo_copy(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """support.make_project's copy of this repository (a git repo) and the environment to run `dvc` and
+    `soarlab` in it; one per test module, which its tests share (and change)."""
+    return make_project(tmp_path_factory.mktemp("repo-copy"))
 
 
-def run_in(project: tuple[Path, dict[str, str]], cmd: list[str], ok=(0,), timeout: float = 1500) -> subprocess.CompletedProcess:
-    """`cmd` in a make_project project; its exit code must be one of `ok`."""
-    dest, env = project
-    proc = subprocess.run(cmd, cwd=dest, env=env, capture_output=True, text=True, timeout=timeout)
-    return _exit_in(proc, ok)
-
-
-def soarlab_in(project: tuple[Path, dict[str, str]], args: list[str], ok=(0,)) -> subprocess.CompletedProcess:
-    """`soarlab ARGS` in a make_project project, through the CLI's entry point (soarlab.cli.main) in this
-    process: for tests of a command's output and exit code, which a process per call would make pay for
-    MLflow's import each time (about 2 CPU s). What main() changes for its process is put back after it:
-    the environment and working directory (the project's during the call), the signal handlers
-    soarlab.stopping installs, and MLflow's tracking URI."""
-    import contextlib
-    import io
-    import signal
-
-    import mlflow
-
-    from soarlab import stopping
-    from soarlab.cli import main
-
-    dest, env = project
-    saved_env, saved_cwd = dict(os.environ), os.getcwd()
-    saved_handlers = {signum: signal.getsignal(signum) for signum in stopping.SIGNALS}
-    out, err = io.StringIO(), io.StringIO()
-    try:
-        os.environ.clear()
-        os.environ.update(env)
-        os.chdir(dest)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(list(args))
-            except SystemExit as exc:  # argparse's usage errors
-                code = exc.code
-    finally:
-        os.chdir(saved_cwd)
-        mlflow.set_tracking_uri(saved_env.get("MLFLOW_TRACKING_URI"))  # MLflow keeps it in that variable; None unsets
-        os.environ.clear()
-        os.environ.update(saved_env)
-        for signum, handler in saved_handlers.items():
-            signal.signal(signum, handler)
-    return _exit_in(subprocess.CompletedProcess(["soarlab", *args], code, out.getvalue(), err.getvalue()), ok)
-
-
-def _exit_in(proc: subprocess.CompletedProcess, ok) -> subprocess.CompletedProcess:
-    assert proc.returncode in ok, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc
+@pytest.fixture(scope="module")
+def repo_copy_without_outputs(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """repo_copy without dvc.lock (support.make_fresh_project): no stage has run in it; one per test module."""
+    return make_fresh_project(tmp_path_factory.mktemp("fresh-repo-copy"))

@@ -22,7 +22,7 @@ import pytest
 
 from soarlab.config import compose, plain, to_yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from support import ROOT, copy_conf, package_cfg
 
 
 def soarlab(*args: str, cwd: Path | None = None, env: dict | None = None, prefix: list[str] | None = None):
@@ -39,14 +39,6 @@ def assert_one_line_error(proc, *expected: str) -> str:
     for text in expected:
         assert text in errors[0], errors[0]
     return errors[0]
-
-
-@pytest.fixture
-def project(tmp_path) -> Path:
-    """conf/ and a params.yaml, with every path absolute under tmp_path."""
-    proj = tmp_path / "proj"
-    shutil.copytree(ROOT / "conf", proj / "conf")
-    return proj
 
 
 def write_params(proj: Path, *overrides: str) -> Path:
@@ -75,8 +67,7 @@ def test_binary_gzip_utf16_datasets(tmp_path, kind, expected):
     preds.write_text(json.dumps({"prediction": "B"}) + "\n")
     # the correctness set (eval-score) and the speed set (fetch-data with bench.dataset.path) read the same way
     assert_one_line_error(soarlab("eval-score", "--dataset", str(bad), "--predictions", str(preds)), "not UTF-8", expected)
-    proj = tmp_path / "proj"
-    shutil.copytree(ROOT / "conf", proj / "conf")
+    proj = copy_conf(tmp_path / "proj")
     params = write_params(proj, f"bench.dataset.path={bad}")
     assert_one_line_error(soarlab("stage", "fetch-data", "--params", str(params), cwd=proj), "not UTF-8", expected)
     assert not (proj / "data" / "speed.jsonl").exists()
@@ -128,17 +119,10 @@ def test_corrupt_model_refused_before_a_server_starts(tiny_model_dir, tmp_path, 
     assert not (tmp_path / "server.log").exists()  # refused before anything was launched
 
 
-def test_prepare_model_sh_leaves_no_output_folder_on_failure(tiny_model_dir, tmp_path, monkeypatch):
-    from test_package import make_cfg
-
+def test_prepare_model_sh_leaves_no_output_folder_on_failure(tiny_model_dir, tmp_path, source_project):
     from soarlab.stages import package
 
-    proj = tmp_path / "proj"
-    shutil.copytree(ROOT / "conf", proj / "conf")
-    shutil.copytree(ROOT / "src" / "soarlab", proj / "src" / "soarlab", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "pyproject.toml", proj / "pyproject.toml")
-    monkeypatch.chdir(proj)
-    out = package.run(make_cfg(quant=plain(compose(["quant=rtn_w4"], root=ROOT).quant)))
+    out = package.run(package_cfg(quant=plain(compose(["quant=rtn_w4"], root=ROOT).quant)))
     bad = corrupt(tiny_model_dir, tmp_path, "truncated")
     target = tmp_path / "processed"
     proc = subprocess.run(["bash", str(out / "submission" / "prepare_model.sh"), "--input", str(bad), "--output", str(target)],
@@ -160,21 +144,21 @@ def test_score_rejects_nan_and_never_prints_it():
 
 
 @pytest.mark.parametrize("port, expected", [("notaport", "should be a valid integer"), ("99999", "less than or equal to 65535")])
-def test_bad_engine_port_at_params_and_at_stage_run(project, tmp_path, port, expected):
-    assert_one_line_error(soarlab("params", f"engine.port={port}", "--output", str(tmp_path / "p.yaml"), cwd=project),
+def test_bad_engine_port_at_params_and_at_stage_run(conf_project, tmp_path, port, expected):
+    assert_one_line_error(soarlab("params", f"engine.port={port}", "--output", str(tmp_path / "p.yaml"), cwd=conf_project),
                           "engine.port", expected)
     assert not (tmp_path / "p.yaml").exists()
     # a params.yaml written by hand (or by `dvc exp run -S`) is refused by every stage before it runs, in one line
-    params = write_params(project)
+    params = write_params(conf_project)
     params.write_text(params.read_text().replace("port: 30000", f"port: {port}"))
     for stage in ("package", "bench"):
-        assert_one_line_error(soarlab("stage", stage, "--params", str(params), cwd=project), "engine.port", expected)
-    assert not (project / "reports").exists()
+        assert_one_line_error(soarlab("stage", stage, "--params", str(params), cwd=conf_project), "engine.port", expected)
+    assert not (conf_project / "reports").exists()
 
 
-def test_debug_prints_the_traceback(project, tmp_path):
+def test_debug_prints_the_traceback(conf_project, tmp_path):
     for extra, env in ((["--debug"], {}), ([], {"SOARLAB_DEBUG": "1"})):
-        proc = soarlab(*extra, "params", "engine.port=notaport", "--output", str(tmp_path / "p.yaml"), cwd=project, env=env)
+        proc = soarlab(*extra, "params", "engine.port=notaport", "--output", str(tmp_path / "p.yaml"), cwd=conf_project, env=env)
         assert proc.returncode != 0 and "Traceback" in proc.stderr and "soarlab: error: config key engine.port" in proc.stderr
 
 
@@ -206,16 +190,16 @@ def namespaces_work() -> bool:
         ["unshare", "-rm", "true"], capture_output=True).returncode == 0
 
 
-def score_project(project: Path) -> Path:
-    params = write_params(project, "score.reference.source=config",
+def score_project(proj: Path) -> Path:
+    params = write_params(proj, "score.reference.source=config",
                           "score.reference.durations.S1=1", "score.reference.durations.S8=1", "score.reference.durations.Smax=1")
     for stage, metrics in (("bench", {"S1_duration_s": 2, "S8_duration_s": 2, "Smax_duration_s": 2}),
                            ("accuracy", {"ori_accuracy": 80.0})):
-        (project / "reports" / stage).mkdir(parents=True)
-        (project / "reports" / stage / "metrics.json").write_text(json.dumps(metrics))
+        (proj / "reports" / stage).mkdir(parents=True)
+        (proj / "reports" / stage / "metrics.json").write_text(json.dumps(metrics))
     # what the reference stage writes with score.reference.source=config
     reference = {"source": "config", "durations": {"S1": 1.0, "S8": 1.0, "Smax": 1.0}, "runs": 0}
-    (project / "reports" / "reference.json").write_text(json.dumps(reference))
+    (proj / "reports" / "reference.json").write_text(json.dumps(reference))
     return params
 
 
@@ -226,20 +210,20 @@ def score_project(project: Path) -> Path:
                   "&& (dd if=/dev/zero of=reports/filler bs=4k 2>/dev/null; true)", 28,
      ("No space left on device", "df -h")),
 ])
-def test_read_only_reports_and_full_disk(project, case, mount, code, expected, capsys):
-    params = score_project(project)
+def test_read_only_reports_and_full_disk(conf_project, case, mount, code, expected, capsys):
+    params = score_project(conf_project)
     if namespaces_work():
-        cmd = f"cd {project} && {mount} && exec {sys.executable} -m soarlab.cli stage score --params {params}"
+        cmd = f"cd {conf_project} && {mount} && exec {sys.executable} -m soarlab.cli stage score --params {params}"
         proc = subprocess.run(["unshare", "-rm", "sh", "-c", cmd], capture_output=True, text=True, timeout=300)
     else:
         with capsys.disabled():
             print(f"\n{case}: mount namespaces refused here; the error is injected at the OS boundary instead")
-        inject = project / "inject"
+        inject = conf_project / "inject"
         inject.mkdir()
         (inject / "sitecustomize.py").write_text(INJECT)
         env = {"PYTHONPATH": f"{inject}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "SOARLAB_TEST_ERRNO": str(code),
-               "SOARLAB_TEST_DIR": str(project / "reports")}
-        proc = soarlab("stage", "score", "--params", str(params), cwd=project, env=env)
+               "SOARLAB_TEST_DIR": str(conf_project / "reports")}
+        proc = soarlab("stage", "score", "--params", str(params), cwd=conf_project, env=env)
     assert_one_line_error(proc, *expected)
 
 

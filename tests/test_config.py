@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from soarlab.config import compose, flatten, hydra_config, load_params, plain
 from soarlab.errors import SoarError
 
-from conftest import ROOT
+from support import ROOT
 
 
 def test_params_yaml_equals_composed_defaults():
@@ -123,7 +123,7 @@ def test_a_stage_refuses_a_bad_params_yaml_before_it_starts(tmp_path):
 @pytest.mark.slow
 def test_dvc_exp_run_with_a_bad_value_stops_before_any_stage_work(tmp_path):
     """Real DVC: `dvc exp run -S` composes params.yaml itself; the first stage refuses it in one line."""
-    from conftest import make_project
+    from support import make_project
 
     dest, env = make_project(tmp_path / "project")
     proc = subprocess.run(["dvc", "exp", "run", "-S", "engine.port=99999"], cwd=dest, env=env,

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from conftest import ROOT
+from support import ROOT
 from soarlab.config import compose
 from soarlab.errors import SoarError
 from soarlab.schema import SoarConfig, SweepPruning, SweepTrial, validate_sweep, validate_trial

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from soarlab.config import compose
 from soarlab.corpus import CORPUS_PATH
 from soarlab.domain import GPTQ_V1, GPTQ_V2, LAYER_RE, LEVELS, gptq_format_version
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "soarlab"
+from support import ROOT
+
+SRC = ROOT / "src" / "soarlab"
 
 
 def test_levels_match_bench_levels_and_score_weights():

@@ -12,7 +12,7 @@ from soarlab.config import compose
 from soarlab.errors import SoarError
 from soarlab.final_score import coefficient, final_score, normalized_accuracy, parse_levels
 
-from conftest import ROOT
+from support import ROOT
 
 
 @pytest.fixture(scope="module")

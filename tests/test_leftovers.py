@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -15,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from bench_helpers import SilentServer, bench_cfg
 from soarlab import atomic, leftovers
 from soarlab.bench.requests import BenchRequest
 from soarlab.bench.runner import run_level
@@ -23,7 +21,7 @@ from soarlab.config import compose, to_yaml
 from soarlab.engines.server import Server, free_port
 from soarlab.schema import Paths
 
-ROOT = Path(__file__).resolve().parents[1]
+from support import ROOT, SilentServer, bench_cfg
 
 KILLED_WRITER = """
 import sys, time
@@ -45,27 +43,19 @@ def leave_temp_output(target: Path) -> Path:
     return tmp
 
 
-@pytest.fixture
-def project(tmp_path, monkeypatch) -> Path:
-    proj = tmp_path / "proj"
-    shutil.copytree(ROOT / "conf", proj / "conf")
-    monkeypatch.chdir(proj)
-    return proj
-
-
-def test_killed_runs_temp_outputs_are_listed_untracked_and_removed(project, tmp_path):
-    bench_tmp = leave_temp_output(project / "reports" / "bench")
-    model_tmp = leave_temp_output(project / "models" / "quantized")
-    (project / "reports" / "score.json").write_text('{"final": 1.0}\n')
-    live = project / "reports" / f".bench.{os.getpid()}-live.tmp"  # a running writer's: never touched
+def test_killed_runs_temp_outputs_are_listed_untracked_and_removed(conf_project, tmp_path):
+    bench_tmp = leave_temp_output(conf_project / "reports" / "bench")
+    model_tmp = leave_temp_output(conf_project / "models" / "quantized")
+    (conf_project / "reports" / "score.json").write_text('{"final": 1.0}\n')
+    live = conf_project / "reports" / f".bench.{os.getpid()}-live.tmp"  # a running writer's: never touched
     live.mkdir()
     paths = Paths(reports="reports", data="data", base_model="models/base", quantized_model="models/quantized",
                   draft_model="models/draft")
-    assert atomic.project_temp_outputs(project, paths) == sorted([bench_tmp, model_tmp])
+    assert atomic.project_temp_outputs(conf_project, paths) == sorted([bench_tmp, model_tmp])
 
     # doctor names them with the command that removes them
-    (project / "params.yaml").write_text(to_yaml(compose(["engine=external"], root=ROOT)))  # the same paths
-    proc = subprocess.run([sys.executable, "-m", "soarlab.cli", "doctor"], cwd=project, capture_output=True, text=True,
+    (conf_project / "params.yaml").write_text(to_yaml(compose(["engine=external"], root=ROOT)))  # the same paths
+    proc = subprocess.run([sys.executable, "-m", "soarlab.cli", "doctor"], cwd=conf_project, capture_output=True, text=True,
                           timeout=300)
     rows = [line for line in proc.stdout.splitlines() if line.startswith("temp output")]
     assert len(rows) == 2 and all(" NO " in row and "Fix: rm -rf " in row and len(row) <= 200 for row in rows), rows
@@ -78,13 +68,13 @@ def test_killed_runs_temp_outputs_are_listed_untracked_and_removed(project, tmp_
 
     cfg = compose(["engine=external", "quant=none", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
                    "tracking.experiment=t"], root=ROOT)
-    run_id = log_pipeline_run(cfg, project / "reports", project / "params.yaml")
+    run_id = log_pipeline_run(cfg, conf_project / "reports", conf_project / "params.yaml")
     client = mlflow.MlflowClient(cfg.tracking.uri)
     uploaded = [a.path for a in client.list_artifacts(run_id, "reports")]
     assert uploaded == ["reports/score.json"]
 
     # the next stage run removes them (here `score`, which then fails for want of inputs: still cleaned)
-    proc = subprocess.run([sys.executable, "-m", "soarlab.cli", "stage", "score"], cwd=project, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "soarlab.cli", "stage", "score"], cwd=conf_project, capture_output=True,
                           text=True, timeout=300)
     assert f"removed {bench_tmp}" in proc.stdout and f"removed {model_tmp}" in proc.stdout
     assert not bench_tmp.exists() and not model_tmp.exists() and live.exists()

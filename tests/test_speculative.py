@@ -20,13 +20,12 @@ from soarlab.bench.server_metrics import acceptance, parse_prometheus
 from soarlab.config import compose, plain
 from soarlab.engines import cpu_speculation, open_engine
 from soarlab.engines import sglang as sglang_engine
-from soarlab.engines.server import free_port
 from soarlab.errors import SoarError
 from soarlab.names.mlflow_tags import ANSWERS_KEY_TAG, SPEC_TAG
 from soarlab.sweep.spec_gains import spec_gains_table
 from soarlab.tracking import lossless
 
-ROOT = Path(__file__).resolve().parents[1]
+from support import ROOT
 
 
 def refusal(overrides: list[str]) -> str:
@@ -114,7 +113,7 @@ def test_cpu_engine_drafts_with_the_shipped_draft_and_counts_what_it_accepts(tin
 def test_submission_ships_the_draft_and_points_sglang_at_it(tmp_path):
     """The package stage on a project copy with spec=standalone: the tarball holds the draft, the size
     report gives its share, and prepare_env.sh, sourced where the tarball is unpacked, names that folder."""
-    from conftest import make_project
+    from support import make_project
 
     dest, env = make_project(tmp_path / "proj")
     subprocess.run(["soarlab", "params", "spec=standalone"], cwd=dest, env=env, check=True)

@@ -55,7 +55,7 @@ def main() -> None:
     p.add_argument("--delay-s", type=float, default=0.003)
     args = p.parse_args()
 
-    from bench_helpers import bench_cfg
+    from support import bench_cfg
 
     from soarlab.bench.requests import BenchRequest
     from soarlab.config import compose

@@ -21,7 +21,7 @@ import mlflow
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from conftest import make_fresh_project  # noqa: E402  (the tests' project-copy helper: a git repo, no outputs)
+from support import make_fresh_project  # noqa: E402  (the tests' project-copy helper: a git repo, no outputs)
 
 # On the tiny model gptq_w4 scores C = 0 (pruned at the accuracy gate), none and gptq_w8 C = 1. The
 # unquantized trial runs first, so the others have a finished trial to be compared with.

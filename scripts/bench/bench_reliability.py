@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 def kill_to_port_free(root: Path, state: Path, sig: int, shell: str | None = None) -> float:
     """Signal `soarlab stage bench` (shell None), or the `dvc repro` that runs it with SHELL=shell."""
-    from bench_helpers import wait_for
+    from support import wait_for
 
     from soarlab.engines.port_lease import process_start_time
     from soarlab.engines.server import is_healthy, port_in_use
@@ -63,7 +63,7 @@ def kill_to_port_free(root: Path, state: Path, sig: int, shell: str | None = Non
 
 
 def give_up_on_hung_server(level_timeout_s, request_timeout_s) -> float:
-    from bench_helpers import SilentServer, bench_cfg
+    from support import SilentServer, bench_cfg
 
     from soarlab.bench.requests import BenchRequest
     from soarlab.bench.runner import run_level
@@ -85,7 +85,7 @@ def give_up_on_hung_server(level_timeout_s, request_timeout_s) -> float:
 def start_probe(timeout_s: float, old: bool = False) -> float:
     """`soarlab bench --url`'s first probe against a silent socket, in this process (no start-up cost).
     old: what it did before, each of its three endpoints asked with a fixed 10 s timeout."""
-    from bench_helpers import SilentServer
+    from support import SilentServer
 
     from soarlab.bench.preflight import reachable
     from soarlab.engines.server import http_request
@@ -114,7 +114,7 @@ def main() -> None:
     args = parser.parse_args()
     parts = args.parts.split(",")
     if "kill" in parts or "dvc" in parts:
-        from bench_helpers import bench_project, dvc_bench_project
+        from support import bench_project, dvc_bench_project
 
         from soarlab.tiny import install_tiny_model
 

@@ -4,7 +4,7 @@ The sweep (quant x serving flag, so two pairs of trials differ only in serving f
 fresh project copy; each of the 4 one-after-another pipelines runs `soarlab params OVERRIDES &&
 dvc repro` in a fresh copy of its own, as someone would without the sweep. Both count how often
 the quantize stage ran. Run from the project root: `python scripts/bench/bench_sweep.py [--full]`
-(default: the small trial configuration of tests/test_sweep.py; --full: the tiny default as is).
+(default: the small trial configuration of tests/sweep/test_sweep.py; --full: the tiny default as is).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from conftest import make_fresh_project  # noqa: E402  (the tests' project-copy helper: a git repo, no outputs)
+from support import make_fresh_project  # noqa: E402  (the tests' project-copy helper: a git repo, no outputs)
 
 QUANTS = ["rtn_w4", "gptq_w4_mixed"]
 SERVING = ["engine.log_level=info", "engine.log_level=warning"]

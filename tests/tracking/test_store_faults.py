@@ -1,0 +1,102 @@
+"""The MLflow store's faults named: a damaged `mlflow.db` (truncated, random bytes, empty) is refused by
+`inputs` before reference or track run, in one line naming the file and the fix, and nothing is deleted
+or re-created; a store another process holds locked (a real sqlite `BEGIN EXCLUSIVE` in another process)
+is waited for, saying so, up to `tracking.lock_wait_s`, then named with its holder."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+from soarlab.atomic import write_json
+from soarlab.config import compose, to_yaml
+from soarlab.errors import short_path
+from soarlab.tracking.store import open_store
+
+from support import copy_conf, soarlab_in
+
+ERROR = "soarlab: error: "
+HOLD = ("import sqlite3, sys, time\n"
+        "conn = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "conn.execute('BEGIN EXCLUSIVE')\n"
+        "print('held', flush=True)\n"
+        "time.sleep(float(sys.argv[2]))\n")
+
+
+def sha(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def lab(tmp_path, monkeypatch):
+    """A project with a real MLflow store, a speed set and a reference report."""
+    copy_conf(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfg = compose(["tracking.lock_wait_s=2"], root=tmp_path)
+    (tmp_path / "params.yaml").write_text(to_yaml(cfg))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "speed.jsonl").write_text('{"question": "q w e", "model_response": "a s"}\n')
+    write_json(tmp_path / "reports" / "reference.json", {"source": "best_recorded", "durations": {}, "runs": 0})
+    open_store(cfg)
+    assert (tmp_path / "mlflow.db").stat().st_size > 0
+    return tmp_path, {**os.environ}
+
+
+@pytest.mark.parametrize("damage,expected", [
+    (lambda data: data[: len(data) // 2], "is damaged"),
+    (lambda data: os.urandom(len(data)), "is not an SQLite database"),
+    (lambda data: b"", "is empty (0 bytes)"),
+], ids=["truncated", "random", "empty"])
+def test_a_damaged_store_is_named_with_its_fix_and_nothing_deleted(lab, damage, expected):
+    root, env = lab
+    db = root / "mlflow.db"
+    db.write_bytes(damage(db.read_bytes()))
+    before = {name: sha(root / name) for name in ("mlflow.db", "reports/reference.json")}
+    for stage in ("inputs", "reference"):
+        done = soarlab_in((root, env), ["stage", stage], ok=(2,))
+        line = done.stderr.strip().splitlines()[-1]
+        assert line.startswith(ERROR + f"the MLflow store {short_path(db)} {expected}"), line
+        assert "Fix: move it aside: `mv mlflow.db mlflow.db.bad`;" in line and "soarlab stage track" in line
+        assert len(line) <= 200
+    assert {name: sha(root / name) for name in before} == before, "nothing deleted, nothing re-created"
+
+
+def _hold(db, seconds: float) -> subprocess.Popen:
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(db), str(seconds)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_locked_store_is_waited_for_then_named_with_its_holder(lab):
+    root, env = lab
+    before = sha(root / "reports" / "reference.json")
+    holder = _hold(root / "mlflow.db", 30)
+    try:
+        done = soarlab_in((root, env), ["stage", "reference"], ok=(2,))
+    finally:
+        holder.kill()
+        holder.wait()
+    lines = done.stderr.strip().splitlines()
+    assert lines[0].startswith(f"soarlab: mlflow.db is locked by {holder.pid} ({sys.executable} -c import sqlite3")
+    assert lines[0].endswith("); waiting up to 2 s (tracking.lock_wait_s)") and len(lines[0]) <= 200
+    assert lines[-1].startswith(ERROR + f"the MLflow store {short_path(root / 'mlflow.db')} stayed locked by {holder.pid} (")
+    assert lines[-1].endswith("for 2 s (tracking.lock_wait_s). Fix: let that process finish, or end it; then run again")
+    assert sha(root / "reports" / "reference.json") == before
+
+
+def test_a_short_lock_is_waited_out(lab):
+    root, env = lab
+    (root / "params.yaml").write_text(to_yaml(compose(["tracking.lock_wait_s=60"], root=root)))
+    holder = _hold(root / "mlflow.db", 3)
+    try:
+        done = soarlab_in((root, env), ["stage", "reference"])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "waiting up to 60 s (tracking.lock_wait_s)" in done.stderr and "reference (best_recorded, 0 run(s)" in done.stdout
