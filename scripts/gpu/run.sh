@@ -6,7 +6,7 @@
 # A STEP is `NAME ARGS...`: `marlin [--only ...]` runs marlin_check.py serve, `engine* ARGS` engine_check.py
 # (e.g. 'engine60k --profile 60k-0.5k'), `pipeline` pipeline_check.sh on a copy of the checkout, `spec [ARGS]`
 # serving_check.py's speculative decoding (spec=none, standalone, ngram on one small Llama and its trained
-# draft), `fp8 [ARGS]` its FP8 variants (bf16, FP8 weights, FP8 KV cache on the same model).
+# draft), `formats [ARGS]` its weight and KV formats (bf16, FP8 weights, FP8 KV cache, gptq_w4 on Marlin).
 # Environment: SITE (where the packs are unpacked, default ~/.cache/soarlab/gpu-site), RESULTS (default
 # ./gpu-results: one folder per step with its results.json, a log per step, run.log), STEP_LIMIT_S
 # (each step's time limit; SIGINT at the limit, so the recipe stops its server and keeps what finished).
@@ -40,7 +40,7 @@ prewarm_marlin() {  # only marlin's GPTQ phases load the gptq_marlin JIT modules
 run_steps() {  # one line per step in $RES/run.log
   cd "$REPO"  # SOAR Lab composes the conf/ of the folder it runs in
   rm -f "$RES/jit.done"
-  case " $* " in *" marlin"*) prewarm_marlin ;; esac
+  case " $* " in *" marlin"*|*" formats"*) prewarm_marlin ;; esac
   local steps=("$@") step name; declare -A prep
   for step in "${steps[@]}"; do  # the engine checks' speed sets are CPU work: make them now, alongside
     set -- $step; name=$1; shift
@@ -56,8 +56,9 @@ run_steps() {  # one line per step in $RES/run.log
       engine*) wait "${prep[$name]}"; "${limit[@]}" "$PY" "$HERE/engine_check.py" --out "$RES/$name" --work "/tmp/soarlab-$name" "$@" ;;
       pipeline) PY=$PY GIT_DEB=$SITE/git.deb "${limit[@]}" bash "$HERE/pipeline_check.sh" "$REPO" "$RES/pipeline" ;;
       spec) "${limit[@]}" "$PY" "$HERE/serving_check.py" --out "$RES/spec" --variants none standalone ngram "$@" ;;
-      fp8) "${limit[@]}" "$PY" "$HERE/serving_check.py" --out "$RES/fp8" --variants none fp8 fp8_kv "$@" ;;
-      *) echo "unknown step $name (use marlin, engine..., pipeline, spec, fp8)" ;;
+      formats) "${limit[@]}" "$PY" "$HERE/serving_check.py" --out "$RES/formats" --jit-done "$RES/jit.done" \
+                 --variants none fp8 fp8_kv gptq_w4 "$@" ;;  # gptq_w4 last: the JIT pre-warm finishes meanwhile
+      *) echo "unknown step $name (use marlin, engine..., pipeline, spec, formats)" ;;
     esac > "$RES/$name.log" 2>&1
     local rc=$?  # before any $(...) below resets it
     echo "$(date +%T) step $name rc=$rc $(grep -h '^SUMMARY' "$RES/$name.log" | cut -c1-600)"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """GPU recipe: serving variants of one small Llama side by side (docs/PERFORMANCE.md, "Speculative decoding
-on a GPU" and "FP8 on a GPU").
+on a GPU" and "Weight and KV formats on a GPU").
 
 The small Llama of models.py and a draft for it are trained on the GPU (spec_models.py: a random draft is
 never accepted, and a trained target gives answers worth comparing). For each variant, one SGLang server is
@@ -11,9 +11,13 @@ variant: per-level durations, speculative acceptance as bench reads it, `answers
 variant's answers (the baseline, `none`), and `after_load_differ` (answers that changed on the same server
 after the levels: eval.after_load's check). OUT/results.json is written as each variant ends.
 
+`gptq_w4` serves random 4-bit weights in the preset's GPTQ layout on SGLang's Marlin kernel (the GPU host has
+no GPTQModel to quantize the trained target): its durations are the kernel's, its answers are not compared.
+marlin_check.py checks what Marlin computes from a real checkpoint.
+
     python3 scripts/gpu/serving_check.py --out OUT --variants none standalone ngram [--num-requests 16]
-        [--profile 0.1k-0.5k] [--answer-tokens 64]
-(scripts/gpu/run.sh runs it as the steps `spec` and `fp8`)
+        [--profile 0.1k-0.5k] [--answer-tokens 64] [--jit-done FILE]
+(scripts/gpu/run.sh runs it as the steps `spec` and `formats`)
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(HERE)]
 import spec_models  # noqa: E402
+from models import quantization_config  # noqa: E402
 from soarlab.atomic import write_json, write_jsonl  # noqa: E402
 
 WORK = Path("/tmp/soarlab-serving")
@@ -38,7 +43,9 @@ VARIANTS = {
     "ngram": ["spec=ngram"],
     "fp8": ["quant=fp8"],  # the bf16 weights quantized by SGLang at load (--quantization fp8)
     "fp8_kv": ["+engine.server_args.kv-cache-dtype=fp8_e4m3"],
+    "gptq_w4": ["quant=gptq_w4", "+engine.server_args.load-format=dummy"],
 }
+DUMMY_WEIGHTS = {"gptq_w4": "gptq_w4"}  # variant -> the quant preset whose layout its random weights take
 # The GPU recipes' SGLang settings (pipeline_check.sh): the small Llama on the triton backend, CUDA graphs on.
 ENGINE = ["engine=sglang", f"engine.python={sys.executable}", "engine.server_args.attention-backend=triton",
           "engine.server_args.dense-as-sparse=false", "+engine.server_args.cuda-graph-max-bs=8",
@@ -56,6 +63,26 @@ def greedy_answers(server, prompts: list[str], tokens: int) -> list[str]:
     return answers
 
 
+def dummy_checkpoint(target: Path, preset: str) -> Path:
+    """The target's config, tokenizer and a quantization_config for `preset`, without weights (load-format dummy)."""
+    folder = WORK / f"{target.name}_{preset}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for file in target.iterdir():
+        if file.is_file() and file.suffix != ".safetensors":
+            (folder / file.name).write_bytes(file.read_bytes())
+    config = json.loads((target / "config.json").read_text())
+    config["quantization_config"] = quantization_config(config, preset)
+    (folder / "config.json").write_text(json.dumps(config, indent=1))
+    return folder
+
+
+def wait_for(flag: Path | None, limit_s: float = 900) -> None:
+    """Until run.sh's gptq_marlin JIT pre-warm has written `flag` (a server started before it would compile too)."""
+    started = time.time()
+    while flag and not flag.exists() and time.time() - started < limit_s:
+        time.sleep(5)
+
+
 def one_variant(name: str, target: Path, draft: Path, speed_set: Path, tokens: int) -> dict:
     from soarlab.bench.preflight import prepare
     from soarlab.bench.runner import run_level
@@ -66,6 +93,8 @@ def one_variant(name: str, target: Path, draft: Path, speed_set: Path, tokens: i
     cfg = compose([*ENGINE, "model.source=local", f"model.local_path={target}", "quant=none", "spec=none",
                    *VARIANTS[name], "spec.draft.source=local", f"spec.draft.local_path={draft}",
                    f"paths.draft_model={draft}", "bench.repeats=1", "bench.progress=false"], root=ROOT)
+    if name in DUMMY_WEIGHTS:
+        target = dummy_checkpoint(target, DUMMY_WEIGHTS[name])
     tok = load_tokenizer(str(target))
     requests, info = prepare(speed_set, tok, cfg.bench)
     prompts = [r.prompt for r in requests]
@@ -92,6 +121,7 @@ def main() -> None:
     parser.add_argument("--num-requests", type=int, default=16)
     parser.add_argument("--profile", default="0.1k-0.5k")
     parser.add_argument("--answer-tokens", type=int, default=64)
+    parser.add_argument("--jit-done", type=Path, help="a file whose existence says the gptq_marlin JIT pre-warm finished")
     args = parser.parse_args()
     from soarlab.config import compose
     from soarlab.datasets.speed import load_tokenizer, make_speed_set
@@ -105,11 +135,13 @@ def main() -> None:
     baseline = args.variants[0]
     results: dict = {"profile": args.profile, "num_requests": args.num_requests, "baseline": baseline}
     for name in args.variants:
+        if name in DUMMY_WEIGHTS:
+            wait_for(args.jit_done)
         try:
             results[name] = one_variant(name, target, draft, speed_set, args.answer_tokens)
         except Exception as exc:  # noqa: BLE001 - the other variants still run; the error is the result
             results[name] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
-        if "answers" in results[name] and "answers" in results.get(baseline, {}):
+        if "answers" in results[name] and "answers" in results.get(baseline, {}) and name not in DUMMY_WEIGHTS:
             pairs = zip(results[baseline]["answers"], results[name]["answers"])
             results[name]["answers_differ"] = sum(a != b for a, b in pairs)
         write_json(args.out / "results.json", results)
