@@ -142,7 +142,7 @@ def _gptq(input_dir: Path, out_dir: Path, qcfg: QuantGroup, plan, cal: Calibrati
         config = QuantizeConfig(**common, damp_percent=qcfg.damp_percent,
                                 damp_auto_increment=qcfg.damp_auto_increment,
                                 act_group_aware=qcfg.act_group_aware and not qcfg.desc_act)
-    torch.manual_seed(cal.seed)  # same inputs, same bytes (tests/test_quantize.py quantizes twice)
+    torch.manual_seed(cal.seed)  # same inputs, same bytes (tests/quant/test_quantize.py quantizes twice)
     with _gptqmodel_logs_elsewhere(out_dir.parent):
         model = GPTQModel.load(str(input_dir), config, trust_remote_code=True, dtype=torch.bfloat16)
         if qcfg.method == "rtn":

@@ -1,6 +1,6 @@
 """The embedded correctness set (task/question/gold per line): the tiny model trains on it, eval=tiny scores it.
 
-Its own module, so that only the code that reads the file depends on it (tests/test_dvc_graph.py).
+Its own module, so that only the code that reads the file depends on it (tests/repo/test_dvc_graph.py).
 """
 
 from pathlib import Path
