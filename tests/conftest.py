@@ -17,9 +17,8 @@ from support import ROOT, copy_conf, make_fresh_project, make_project  # noqa: E
 def pytest_xdist_auto_num_workers(config) -> int | None:
     """`-n auto`: one and a half workers per core (at least 2; `--maxprocesses` caps it). The pipeline tests
     spend about a third of their time waiting (loopback servers' per-token delays, server starts, Podman),
-    so a worker beyond the cores keeps them busy: on 2 cores, 3 workers ran the suite in 709 s against 731 s
-    with 4 (docs/PERFORMANCE.md, "Test suite"). With PYTEST_XDIST_AUTO_NUM_WORKERS set, xdist's own hook
-    reads it."""
+    so a worker beyond the cores keeps them busy; more than that loses time (docs/PERFORMANCE.md, "Test
+    suite"). With PYTEST_XDIST_AUTO_NUM_WORKERS set, xdist's own hook reads it."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None
     return max(2, len(os.sched_getaffinity(0)) * 3 // 2)
@@ -28,8 +27,8 @@ def pytest_xdist_auto_num_workers(config) -> int | None:
 def _share_the_cores_between_workers() -> None:
     """Under pytest-xdist, each worker's torch (in this process and in the stages it starts) gets its share
     of the cores, and idle OpenMP threads sleep. Torch takes every core by default, and two workers' thread
-    pools on the same cores spin at their barriers waiting for a descheduled thread: two evaluate stages
-    side by side took 16x as long as one alone (docs/PERFORMANCE.md, "CPU contention"). Set before any
+    pools on the same cores spin at their barriers waiting for a descheduled thread, and two stages side by
+    side take many times as long as one alone (docs/PERFORMANCE.md, "CPU contention"). Set before any
     test imports torch; a value the developer set wins. A CPU server takes engine.cpu_threads; GPTQ keeps
     its pinned thread count (quant.cpu_numerics: its bytes depend on it), and the sleeping threads are what
     spare it."""
