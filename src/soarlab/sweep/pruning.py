@@ -16,10 +16,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from soarlab.atomic import write_json
 from soarlab.names.environment import PRUNE_ENV
+from soarlab.names.mlflow_tags import TRIAL_TAG
 from soarlab.pruning import END, REPORTS, SOAR_PRUNER, decision_path
 from soarlab.schema import SweepPruning
 
 JOURNAL = "pruning.journal"
+# The Optuna study's user attributes of a trial: its key (as its MLflow tag) and its evaluate time.
+TRIAL_ATTR, EVALUATE_S_ATTR = TRIAL_TAG, "soarlab.evaluate_s"
 
 
 def pruner_config(settings: SweepPruning, hydra_cfg) -> DictConfig | None:
@@ -45,7 +48,7 @@ class TrialPruning:
         self.study = optuna.create_study(study_name=sweep, storage=storage, direction="maximize",
                                          pruner=self.pruner, load_if_exists=True)
         self.trial = self.study.ask()
-        self.trial.set_user_attr("soarlab.trial", key)
+        self.trial.set_user_attr(TRIAL_ATTR, key)
         self.settings = {"s1_fraction": settings.s1_fraction, "decision_timeout_s": settings.decision_timeout_s}
         self.logs, self.lines_read = logs, 0
         self.pruned: dict | None = None  # the report that was pruned, with its reason
@@ -82,7 +85,7 @@ class TrialPruning:
         from soarlab.pruning.pruner import best_finished
 
         best = best_finished(self.study)
-        full = best.user_attrs.get("soarlab.evaluate_s") if best is not None else None
+        full = best.user_attrs.get(EVALUATE_S_ATTR) if best is not None else None
         return round(max(0.0, full - self.evaluate_s), 1) if full is not None and self.evaluate_s is not None else None
 
     def finish(self, objective: float | None) -> None:
@@ -90,7 +93,7 @@ class TrialPruning:
 
         self.poll()
         if self.evaluate_s is not None:
-            self.trial.set_user_attr("soarlab.evaluate_s", self.evaluate_s)
+            self.trial.set_user_attr(EVALUATE_S_ATTR, self.evaluate_s)
         if self.pruned is not None:
             self.study.tell(self.trial, state=TrialState.PRUNED)
         elif objective is not None:
