@@ -5,7 +5,7 @@
 # on any failure.
 #
 #   sudo bash scripts/newcomer.sh            # as root, on a Debian host with podman and mmdebstrap
-#                                            # (bash scripts/setup.sh installs both); ~23 min on 2 cores
+#                                            # (bash scripts/setup.sh installs both); 24-52 min on 2 cores
 #
 # What may come from the host, as a newcomer's machine has them: the package-index settings (pip's config,
 # the folders its find-links and file:// indexes name, apt's sources) and the CA bundle. Nothing else
