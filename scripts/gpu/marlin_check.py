@@ -43,7 +43,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(HERE)]
 from marlin_cpu import MQ, NEW_TOKENS, PRESET, build, compare, reference  # noqa: E402
-from models import gen_weights, tensor_sha, write_dummy_llama  # noqa: E402
+from models import gen_weights, tensor_sha, wait_for_jit, write_dummy_llama  # noqa: E402
 T0 = time.time()
 # Phase names, in the order they run (--only picks some of them).
 SMALL_PHASES = ("small_bf16", "small_mixed", "small_mixed_unfused")
@@ -147,10 +147,7 @@ def serve(args) -> int:
         if name not in selected:
             return
         if args.jit_done and preset != "none":
-            waited = time.time()
-            while not Path(args.jit_done).exists() and time.time() - waited < 900:
-                time.sleep(2)
-            res.setdefault("jit_wait_s", {})[name] = round(time.time() - waited, 1)
+            res.setdefault("jit_wait_s", {})[name] = wait_for_jit(args.jit_done)
         t = time.time()
         entry: dict = {"preset": preset}
         res["phases"][name] = entry

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 
 VOCAB = 73448
@@ -30,6 +31,15 @@ def dummy_config(layers: int = 32, context: int = 32768) -> dict:
         "torch_dtype": "bfloat16",
         "mixer_types": ["minicpm4" if i in SALA_SPARSE_LAYERS else "lightning-attn" for i in range(layers)],
     }
+
+
+def wait_for_jit(flag: str | Path | None, limit_s: float = 900) -> float:
+    """Seconds waited until run.sh's gptq_marlin JIT pre-warm wrote `flag` (a GPTQ server started before it
+    would compile the same kernels again), at most `limit_s`; 0 without a flag."""
+    started = time.time()
+    while flag and not Path(flag).exists() and time.time() - started < limit_s:
+        time.sleep(2)
+    return round(time.time() - started, 1)
 
 
 def quantization_config(config: dict, preset: str) -> dict:

@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(HERE)]
 import spec_models  # noqa: E402
-from models import quantization_config  # noqa: E402
+from models import quantization_config, wait_for_jit  # noqa: E402
 from soarlab.atomic import write_json, write_jsonl  # noqa: E402
 
 WORK = Path("/tmp/soarlab-serving")
@@ -74,13 +74,6 @@ def dummy_checkpoint(target: Path, preset: str) -> Path:
     config["quantization_config"] = quantization_config(config, preset)
     (folder / "config.json").write_text(json.dumps(config, indent=1))
     return folder
-
-
-def wait_for(flag: Path | None, limit_s: float = 900) -> None:
-    """Until run.sh's gptq_marlin JIT pre-warm has written `flag` (a server started before it would compile too)."""
-    started = time.time()
-    while flag and not flag.exists() and time.time() - started < limit_s:
-        time.sleep(5)
 
 
 def one_variant(name: str, target: Path, draft: Path, speed_set: Path, tokens: int) -> dict:
@@ -136,7 +129,7 @@ def main() -> None:
     results: dict = {"profile": args.profile, "num_requests": args.num_requests, "baseline": baseline}
     for name in args.variants:
         if name in DUMMY_WEIGHTS:
-            wait_for(args.jit_done)
+            wait_for_jit(args.jit_done)
         try:
             results[name] = one_variant(name, target, draft, speed_set, args.answer_tokens)
         except Exception as exc:  # noqa: BLE001 - the other variants still run; the error is the result
