@@ -67,8 +67,8 @@ def test_a_damaged_store_is_named_with_its_fix_and_nothing_deleted(lab, damage, 
     assert {name: sha(root / name) for name in before} == before, "nothing deleted, nothing re-created"
 
 
-def _hold(db, seconds: float) -> subprocess.Popen:
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(db), str(seconds)], stdout=subprocess.PIPE, text=True)
+def _hold(db, seconds: float, python: str = sys.executable) -> subprocess.Popen:
+    holder = subprocess.Popen([python, "-c", HOLD, str(db), str(seconds)], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     return holder
 
@@ -76,14 +76,18 @@ def _hold(db, seconds: float) -> subprocess.Popen:
 def test_a_locked_store_is_waited_for_then_named_with_its_holder(lab):
     root, env = lab
     before = sha(root / "reports" / "reference.json")
-    holder = _hold(root / "mlflow.db", 30)
+    python = root / ("installed-" + "deep" * 20) / "python"  # as from a checkout with a long path
+    python.parent.mkdir()
+    python.symlink_to(sys.executable)
+    holder = _hold(root / "mlflow.db", 30, str(python))
     try:
         done = soarlab_in((root, env), ["stage", "reference"], ok=(2,))
     finally:
         holder.kill()
         holder.wait()
     lines = done.stderr.strip().splitlines()
-    assert lines[0].startswith(f"soarlab: mlflow.db is locked by {holder.pid} ({sys.executable} -c import sqlite3")
+    # the program by its file name: a long install path must not push out the arguments that say what it is
+    assert lines[0].startswith(f"soarlab: mlflow.db is locked by {holder.pid} (python -c import sqlite3")
     assert lines[0].endswith("); waiting up to 2 s (tracking.lock_wait_s)") and len(lines[0]) <= 200
     assert lines[-1].startswith(ERROR + f"the MLflow store {short_path(root / 'mlflow.db')} stayed locked by {holder.pid} (")
     assert lines[-1].endswith("for 2 s (tracking.lock_wait_s). Fix: let that process finish, or end it; then run again")

@@ -112,11 +112,12 @@ def test_dvc_temp_copy_logs_into_the_owning_project(tmp_path, monkeypatch):
 def test_run_name_shows_the_flag_two_sweep_trials_differ_in(monkeypatch):
     """A group's keys are named against the group's own preset: trials of engine=sglang that differ in one
     serving flag get different names (seen on the H200 sweep, where both were 'none · engine=sglang')."""
-    from soarlab.tracking.params import config_name, run_params
+    from soarlab.tracking.params import config_name, overrides_of, run_params
     from soarlab.names.environment import TRIAL_LABEL_ENV
 
     def name(*overrides):
-        return config_name(compose(list(overrides)), run_params(composed_data(list(overrides))))
+        cfg = compose(list(overrides))
+        return config_name(cfg, overrides_of(run_params(composed_data(list(overrides))), cfg.decide.incidental_params))
 
     assert name() == "gptq_w4_mixed"
     assert name("quant=none", "engine=sglang") == "none · engine=sglang"

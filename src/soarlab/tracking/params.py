@@ -72,13 +72,13 @@ def _param_key(override: str) -> str:
     return key if "." in key else f"{key}.name"
 
 
-def table_params(flat: dict[str, str], incidental, trial_overrides: Sequence[str] = ()) -> dict[str, str]:
+def table_params(flat: dict[str, str], incidental, overrides: Sequence[str], trial_overrides: Sequence[str] = ()) -> dict[str, str]:
     """The params of a run, as the runs table shows them: each config group's preset (`quant.name`), then
-    the overrides that compose `flat` (run_params) from conf/ (overrides_of) and a sweep trial's own
-    overrides (its `soarlab.trial` tag), incidental keys left out. The whole config is an artifact."""
+    the keys set by `overrides` (overrides_of(flat): what composes it from conf/) and by a sweep trial's
+    own overrides (its `soarlab.trial` tag), incidental keys left out. The whole config is an artifact."""
     presets = [k for k in flat if k.endswith(".name") and k.count(".") == 1]
-    overrides = [_param_key(o) for o in [*overrides_of(flat, incidental), *trial_overrides]]
-    return {k: flat[k] for k in [*presets, *overrides] if k in flat and not incidental_key(k, incidental)}
+    keys = [_param_key(o) for o in [*overrides, *trial_overrides]]
+    return {k: flat[k] for k in [*presets, *keys] if k in flat and not incidental_key(k, incidental)}
 
 
 class LoggedConfig(Mapping):
@@ -118,14 +118,15 @@ def _read_config(artifact_uri: str, artifact: str) -> dict[str, str]:
         return run_params(params_data(path))
 
 
-def config_name(cfg: SoarConfig, params: dict[str, str]) -> str:
+def config_name(cfg: SoarConfig, overrides: Sequence[str]) -> str:
     """'gptq_w4', 'none · engine=sglang, engine.server_args.kv-cache-dtype=fp8_e4m3': the preset and what
-    changed (incidental keys left out), and which rerun of a compare it is ('gptq_w4 · rerun A2'); a sweep
-    trial's is what its sweep varies (soarlab.sweep.record.trial_label), handed down by the trial."""
+    changed (`overrides`: overrides_of the run's params, incidental keys left out), and which rerun of a
+    compare it is ('gptq_w4 · rerun A2'); a sweep trial's is what its sweep varies
+    (soarlab.sweep.record.trial_label), handed down by the trial."""
     label = trial_label()
     if label:
         return label
-    rest = [d for d in overrides_of(params, cfg.decide.incidental_params) if not d.startswith("quant=")]
+    rest = [d for d in overrides if not d.startswith("quant=")]
     if cfg.bench.rerun:  # `soarlab compare --rerun`: compare-<id>-A2 is rerun A2, apart from its twins
         rest.append(f"rerun {cfg.bench.rerun.rsplit('-', 1)[-1]}")
     return cfg.quant.name + (" · " + ", ".join(rest) if rest else "")

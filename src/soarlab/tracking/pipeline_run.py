@@ -20,7 +20,7 @@ from soarlab.paths import CORRECTNESS_SET_FILE, METRICS_FILE, REFERENCE_FILE, SC
 from soarlab.schema import SoarConfig
 from soarlab.tracking import run_page
 from soarlab.tracking.lossless import answers_key
-from soarlab.tracking.params import config_name, run_params, scored_name, table_params
+from soarlab.tracking.params import config_name, overrides_of, run_params, scored_name, table_params
 from soarlab.tracking.stage_times import pipeline_start_ms
 from soarlab.tracking.store import open_store
 from soarlab.tracking.tags import recipe_markdown, run_tags
@@ -96,10 +96,11 @@ def log_pipeline_run(cfg: SoarConfig, reports: Path, params_file: Path, speed_se
                                         file_sha256(correctness) if correctness.is_file() else "")
     flat = run_params(config)
     trial_overrides = json.loads(tags.get(TRIAL_TAG, "[]"))  # a sweep trial's own overrides (sweep.record.trial_key)
-    params = table_params(flat, cfg.decide.incidental_params, trial_overrides)
+    overrides = overrides_of(flat, cfg.decide.incidental_params)  # two Hydra compositions: once, for both below
+    params = table_params(flat, cfg.decide.incidental_params, overrides, trial_overrides)
     tags[CONFIG_TAG] = params_file.name  # the artifact below
     numbers = dict(_report_metrics(reports))
-    tags[CONFIG_NAME_TAG] = config_name(cfg, flat)
+    tags[CONFIG_NAME_TAG] = config_name(cfg, overrides)
     run = client.create_run(experiment_id, start_time=pipeline_start_ms(reports),
                             run_name=scored_name(tags[CONFIG_NAME_TAG], numbers), tags=tags)
     run_id = run.info.run_id

@@ -114,15 +114,17 @@ def check_store(cfg: SoarConfig) -> None:
 
 
 def _holders(db: Path) -> list[str]:
-    """'pid (command)' of the other processes with `db` open (from /proc): who holds a lock."""
+    """'pid (command)' of the other processes with `db` open (from /proc): who holds a lock. The program
+    is named by its file name, so that a long install path leaves room for the arguments that say what it is."""
     found = []
     for fd_dir in Path("/proc").glob("[0-9]*/fd"):
         if fd_dir.parent.name == str(os.getpid()):
             continue
         with contextlib.suppress(OSError):
             if any(os.readlink(fd) == str(db) for fd in fd_dir.iterdir()):
-                command = (fd_dir.parent / "cmdline").read_bytes().split(b"\0")
-                words = " ".join(c.decode(errors="replace") for c in command[:3]).split()  # one line, whatever it held
+                program, *args = (fd_dir.parent / "cmdline").read_bytes().split(b"\0")
+                command = [Path(program.decode(errors="replace")).name, *(a.decode(errors="replace") for a in args[:2])]
+                words = " ".join(command).split()  # one line, whatever it held
                 found.append(f"{fd_dir.parent.name} ({' '.join(words)[:60]})")
     return found
 
