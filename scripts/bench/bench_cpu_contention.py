@@ -20,19 +20,22 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import IO
 
 import revision  # scripts/bench/: the clone of a revision and its environment
 
 
-def start(project: Path, env: dict) -> tuple[subprocess.Popen, float]:
+def start(project: Path, env: dict) -> tuple[subprocess.Popen, float, IO[str]]:
+    stderr = revision.error_log()
     proc = subprocess.Popen(["soarlab", "stage", "evaluate"], cwd=project, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    return proc, time.perf_counter()
+                            stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+    return proc, time.perf_counter(), stderr
 
 
-def finish(proc: subprocess.Popen, started: float) -> tuple[float, float]:
+def finish(proc: subprocess.Popen, started: float, stderr: IO[str]) -> tuple[float, float]:
     """(wall s, CPU s of the stage and its reaped children) once it exits."""
-    return revision.wait_timed(proc, started, "the evaluate stage")
+    with stderr:
+        return revision.wait_timed(proc, started, "the evaluate stage", stderr)
 
 
 def measure(rev: str, tmp: Path) -> dict[str, list[tuple[float, float]]]:

@@ -36,10 +36,11 @@ PIPELINE = ["-S", "quant=none", "-S", "engine=external", "-S", "bench.pause_afte
 
 def exp_run(clone: Path, env: dict, url: str, *extra: str) -> tuple[float, float]:
     """(wall s, CPU s of `dvc` and everything it started) of one `dvc exp run`."""
-    started = time.perf_counter()
-    proc = subprocess.Popen(["dvc", "exp", "run", *PIPELINE, "-S", f"engine.url={url}", *extra], cwd=clone, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    return revision.wait_timed(proc, started, f"dvc exp run in {clone}")
+    with revision.error_log() as stderr:
+        started = time.perf_counter()
+        proc = subprocess.Popen(["dvc", "exp", "run", *PIPELINE, "-S", f"engine.url={url}", *extra], cwd=clone, env=env,
+                                stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+        return revision.wait_timed(proc, started, f"dvc exp run in {clone}", stderr)
 
 
 # A code dep of dvc.yaml outside src/soarlab/stages/ (each stage's import closure beyond its own module).

@@ -24,10 +24,10 @@ import revision  # scripts/bench/: the clone of a revision
 
 def timed_setup(clone: Path, what: str) -> tuple[float, float]:
     """(wall s, CPU s) of `bash scripts/setup.sh` in `clone`."""
-    started = time.perf_counter()
-    proc = subprocess.Popen(["bash", "scripts/setup.sh"], cwd=clone, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    return revision.wait_timed(proc, started, what)
+    with revision.error_log() as stderr:
+        started = time.perf_counter()
+        proc = subprocess.Popen(["bash", "scripts/setup.sh"], cwd=clone, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+        return revision.wait_timed(proc, started, what, stderr)
 
 
 def main() -> None:

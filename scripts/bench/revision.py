@@ -7,8 +7,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import IO
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,11 +37,18 @@ def folder_name(rev: str) -> str:
     return rev.replace("/", "_").replace("~", "-")
 
 
-def wait_timed(proc: subprocess.Popen, started: float, what: str) -> tuple[float, float]:
-    """(wall s since `started`, CPU s of `proc` and the children it reaped) once it exits; exits with its
-    stderr's end, naming `what`, when it failed."""
+def error_log() -> IO[str]:
+    """A temporary file for a timed command's stderr: a pipe nobody reads until the command ends would
+    stop it once its output fills the pipe (a stage logging every failed request does)."""
+    return tempfile.TemporaryFile("w+")
+
+
+def wait_timed(proc: subprocess.Popen, started: float, what: str, stderr: IO[str]) -> tuple[float, float]:
+    """(wall s since `started`, CPU s of `proc` and the children it reaped) once it exits; exits with the
+    end of its `stderr` (an error_log), naming `what`, when it failed."""
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - started
     if os.waitstatus_to_exitcode(status) != 0:
-        sys.exit(f"{Path(sys.argv[0]).stem}: {what} failed: {proc.stderr.read()[-800:]}")
+        stderr.seek(0)
+        sys.exit(f"{Path(sys.argv[0]).stem}: {what} failed: {stderr.read()[-800:]}")
     return wall, usage.ru_utime + usage.ru_stime
