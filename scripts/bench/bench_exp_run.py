@@ -25,7 +25,6 @@ import re
 import statistics
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import revision  # scripts/bench/: the clone of a revision and its environment
@@ -36,11 +35,8 @@ PIPELINE = ["-S", "quant=none", "-S", "engine=external", "-S", "bench.pause_afte
 
 def exp_run(clone: Path, env: dict, url: str, *extra: str) -> tuple[float, float]:
     """(wall s, CPU s of `dvc` and everything it started) of one `dvc exp run`."""
-    with revision.error_log() as stderr:
-        started = time.perf_counter()
-        proc = subprocess.Popen(["dvc", "exp", "run", *PIPELINE, "-S", f"engine.url={url}", *extra], cwd=clone, env=env,
-                                stdout=subprocess.DEVNULL, stderr=stderr, text=True)
-        return revision.wait_timed(proc, started, f"dvc exp run in {clone}", stderr)
+    return revision.run_timed(["dvc", "exp", "run", *PIPELINE, "-S", f"engine.url={url}", *extra],
+                              f"dvc exp run in {clone}", cwd=clone, env=env)
 
 
 # A code dep of dvc.yaml outside src/soarlab/stages/ (each stage's import closure beyond its own module).

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import revision  # scripts/bench/: the clone of a revision
@@ -24,10 +22,7 @@ import revision  # scripts/bench/: the clone of a revision
 
 def timed_setup(clone: Path, what: str) -> tuple[float, float]:
     """(wall s, CPU s) of `bash scripts/setup.sh` in `clone`."""
-    with revision.error_log() as stderr:
-        started = time.perf_counter()
-        proc = subprocess.Popen(["bash", "scripts/setup.sh"], cwd=clone, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
-        return revision.wait_timed(proc, started, what, stderr)
+    return revision.run_timed(["bash", "scripts/setup.sh"], what, cwd=clone)
 
 
 def main() -> None:

@@ -43,6 +43,15 @@ def error_log() -> IO[str]:
     return tempfile.TemporaryFile("w+")
 
 
+def run_timed(cmd: list[str], what: str, **popen) -> tuple[float, float]:
+    """(wall s, CPU s of `cmd` and the children it reaped) of `cmd` run to its end (Popen's `popen`
+    options: cwd, env), its output dropped; exits naming `what` when it failed."""
+    with error_log() as stderr:
+        started = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr, text=True, **popen)
+        return wait_timed(proc, started, what, stderr)
+
+
 def wait_timed(proc: subprocess.Popen, started: float, what: str, stderr: IO[str]) -> tuple[float, float]:
     """(wall s since `started`, CPU s of `proc` and the children it reaped) once it exits; exits with the
     end of its `stderr` (an error_log), naming `what`, when it failed."""
