@@ -18,6 +18,7 @@ from soarlab.engines.process import stop_process
 from soarlab.parent_death import set_parent_death_signal
 
 _EVALUATE_STAGE = "'evaluate'"  # how DVC's output names the first stage that needs the quantized model
+_POLL_S = 2.0  # how often a running experiment's log and pruning decisions are looked at
 _OOM_SIGNS = ("out of memory", "OutOfMemoryError", "MemoryError", "exited with -9", "Killed")
 
 
@@ -65,7 +66,9 @@ def run_experiment(root: Path, name: str, overrides: Sequence[str], env: dict, t
                             preexec_fn=_interrupt_when_orphaned)
     deadline = time.monotonic() + timeout_s
     try:
-        while proc.poll() is None:
+        while True:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                return proc.wait(timeout=_POLL_S)  # returns as the experiment ends, not at the next poll
             if time.monotonic() > deadline:
                 _interrupt(proc)
                 return None
@@ -73,8 +76,6 @@ def run_experiment(root: Path, name: str, overrides: Sequence[str], env: dict, t
                 on_quantized()
             if on_poll is not None:
                 on_poll()
-            time.sleep(2)
-        return proc.returncode
     except BaseException:
         _interrupt(proc)
         raise
