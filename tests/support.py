@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -327,41 +328,29 @@ def served_record(state: Path) -> dict:
 # --- the import graph of src/ (as tests/repo/test_dvc_graph.py and test_architecture_doc.py read it) -------
 
 
-def module_file(name: str) -> Path | None:
-    path = SRC.joinpath(*name.split("."))
-    for candidate in (path / "__init__.py", path.with_suffix(".py")):
-        if candidate.is_file():
-            return candidate
-    return None
+@cache
+def source_tree():
+    """src/ read as soarlab.stage_code reads a project's (module files, relative imports, stage closures)."""
+    from soarlab.stage_code import SourceTree
+
+    return SourceTree(SRC)
 
 
 def module_of(path: Path) -> str:
-    return ".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
-
-
-def module_package(name: str) -> str:
-    """The package module `name`'s relative imports start from (itself, for a package)."""
-    return name if module_file(name).name == "__init__.py" else name.rpartition(".")[0]
-
-
-def from_import(node: ast.ImportFrom, package: str) -> tuple[str, set[str]]:
-    """(the module a `from ... import` names, relative ones resolved; the submodules among its names)."""
-    base = node.module or ""
-    if node.level:
-        base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
-    return base, {f"{base}.{a.name}" for a in node.names if module_file(f"{base}.{a.name}")}
+    return source_tree().module_of(path)
 
 
 def imported_modules(name: str) -> set[str]:
-    """The soarlab modules `name` names in an import (also inside functions), without the parent packages
-    Python runs on the way: those are how packages load, not a dependency of one module on another."""
-    tree = ast.parse(module_file(name).read_text())
-    package = module_package(name)
+    """The soarlab modules `name` names in an import (also inside functions and under TYPE_CHECKING), without
+    the parent packages Python runs on the way: those are how packages load, not a dependency of one module
+    on another."""
+    tree = source_tree()
+    package = tree.module_package(name)
     found = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(tree.module_file(name).read_text())):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base, named = from_import(node, package)
+            base, named = tree.from_import(node, package)
             found |= named or {base}
-    return {m for m in found if m.startswith("soarlab") and module_file(m) and m != name}
+    return {m for m in found if m.startswith("soarlab") and tree.module_file(m) and m != name}

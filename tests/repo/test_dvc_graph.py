@@ -1,18 +1,11 @@
-"""dvc.yaml tells the truth: each stage's `deps` cover the code the stage runs, and name nothing it does not.
+"""dvc.yaml tells the truth: each stage's deps cover the code the stage runs, and name nothing it does not.
 
-A stage's code is the import closure of its module `soarlab.stages.<name>` (every `import` in the
-module, also inside functions, followed through soarlab), plus the modules its subprocesses run
-(`[python, "-m", "soarlab.x"]`, e.g. the transformers engine's launcher), plus the data files those
-modules read, listed by hand in DATA_FILES (e.g. `corpus.txt`, the lm-eval task folder; a test keeps
-the list complete). Left out on purpose (HARNESS): the code that loads params.yaml, finds the project,
-formats errors, writes files atomically, quiets known library warnings, sets the garbage collector's
-thresholds and stops a process whose parent died. It decides no output's content, and listing it would
-re-run the whole pipeline for a change of an error message.
-
-A folder in deps must be used whole: where a stage uses a few files of a folder, it lists those files,
-so that e.g. evaluate does not restart a GPU server when `package/checks.py` changes. Files that params
-name (a speed set, a correctness set, calibration text, a local model) are deps by their content, through
-the `inputs` stage's digests; a real `dvc repro` checks that editing one re-runs its reader.
+A stage's code is its import closure (soarlab.stage_code, which these tests check against the tree): the
+`inputs` stage, which always runs, writes each stage's files and their sha256 to
+reports/inputs/code/<stage>.json, and every other stage lists that file in deps, so that editing a module
+re-runs exactly the stages that run it (a real `dvc status` after the inputs stage checks it). Files that
+params name (a speed set, a correctness set, calibration text, a local model) are deps by their content,
+through the `inputs` stage's digests; a real `dvc repro` checks that editing one re-runs its reader.
 """
 
 from __future__ import annotations
@@ -28,128 +21,85 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support import ROOT, SRC, from_import, imported_modules, make_fresh_project, module_file, module_of, module_package
+from soarlab.stage_code import CODE_DIR, DATA_FILES, HARNESS, files_under
+
+from support import ROOT, SRC, imported_modules, make_fresh_project, make_project, module_of, source_tree
 
 PKG = SRC / "soarlab"
-HARNESS = {"soarlab", "soarlab.cli", "soarlab.stages", "soarlab.config", "soarlab.schema", "soarlab.errors",
-           "soarlab.paths", "soarlab.atomic", "soarlab.quiet", "soarlab.startup", "soarlab.parent_death",
-           "soarlab.known_bad"}  # part of validation (schema.validate), as the SGLang flag checks
 STAGES = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-# The data files (and folders of them) under src/soarlab each module reads: module -> paths under PKG.
-# A .py file in such a folder (the lm-eval task's hooks) is followed as code too.
-DATA_FILES = {
-    "soarlab.corpus": ["tiny/corpus.txt"],
-    "soarlab.datasets.embedded": ["datasets/embedded/correctness.jsonl"],
-    "soarlab.accuracy.runner": ["accuracy/lm_eval_tasks"],
-    "soarlab.package.image": ["package/Dockerfile", "package/Dockerfile.cpu"],
-    "soarlab.stages.package": ["package/prepare_env.sh", "package/prepare_model.sh", "package/container-entrypoint.sh"],
-    "soarlab.tiny.build": ["tiny/spec.yaml"],
-    "soarlab.tiny.embedded": ["tiny/checkpoint", "tiny/draft"],
-}
-# The package stage bundles the whole source tree into the submission: it reads every file as data.
-WHOLE_TREE = {("package", "src/soarlab")}
+# The one stage that runs before inputs (dvc.yaml says why) lists its code itself; `package` bundles the
+# whole source tree into the submission, so it also reads every file as data.
+OWN_CODE = {"check-params": ["src/soarlab/stages/check_params.py"], "package": ["src/soarlab"]}
 
 
-def _parents(name: str) -> list[str]:
-    """Importing a.b.c runs a/__init__, a/b/__init__ too."""
-    parts = name.split(".")
-    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+def code_digest(stage: str) -> str:
+    return "/".join(("${paths.reports}", *CODE_DIR, f"{stage}.json"))
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+@pytest.mark.parametrize("stage", sorted(set(STAGES) - {"inputs"}))
+def test_each_stage_lists_its_code_digest_and_no_code_file(stage):
+    deps = [str(d) for d in STAGES[stage].get("deps", [])]
+    src = [d for d in deps if d.startswith("src/")]
+    assert src == OWN_CODE.get(stage, []), f"dvc.yaml stage {stage} lists code files; its code digest covers them: {src}"
+    if stage == "check-params":  # so its module alone is its code
+        assert source_tree().stage_files(stage) == {PKG / "stages" / "check_params.py"}
+    else:
+        assert code_digest(stage) in deps, f"dvc.yaml stage {stage} does not list its code digest {code_digest(stage)}"
 
 
-def direct_uses(name: str) -> set[str]:
-    """The soarlab modules `name` imports or runs with `-m`, with the parent packages Python runs on the way."""
-    tree = ast.parse(module_file(name).read_text())
-    package = module_package(name)
-    found: set[str] = set()
-    # Imports under `if TYPE_CHECKING:` never run; they are for the type checker only.
-    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and _is_type_checking(node.test)
-                   for stmt in node.body for n in ast.walk(stmt)}
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base, named = from_import(node, package)
-            found |= {base} | named
-        elif isinstance(node, (ast.List, ast.Tuple)):
-            items = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
-            found.update(items[i + 1] for i, v in enumerate(items[:-1]) if v == "-m" and isinstance(items[i + 1], str))
-    # (a data folder without __init__.py, e.g. tiny/checkpoint/, is no package Python runs)
-    return {p for m in found if m.startswith("soarlab") and module_file(m) for p in _parents(m) if module_file(p)}
+def test_the_inputs_stage_writes_each_stages_closure(tmp_path):
+    """reports/inputs/code/<stage>.json names the files of the stage's closure with their sha256: its own
+    module, what it imports (also inside functions, not under TYPE_CHECKING) and the modules its
+    subprocesses run with `-m`, the data files they read, and nothing of the harness."""
+    import hashlib
+
+    from soarlab.stages.inputs import write_code_digests
+
+    write_code_digests(ROOT, tmp_path)
+    records = {p.stem: json.loads(p.read_text()) for p in tmp_path.joinpath(*CODE_DIR).glob("*.json")}
+    assert set(records) == set(STAGES) - {"inputs"}
+    for stage, record in records.items():
+        files = {ROOT / "src" / name: sha for name, sha in record["files"].items()}
+        assert record["stage"] == stage and set(files) == source_tree().stage_files(stage)
+        assert all(hashlib.sha256(path.read_bytes()).hexdigest() == sha for path, sha in files.items())
+    evaluate = set(records["evaluate"]["files"])
+    assert {"soarlab/stages/evaluate.py", "soarlab/bench/runner.py",  # imported, some inside functions
+            "soarlab/engines/transformers_serve.py",  # run with `python -m` (transformers_engine.build_command)
+            "soarlab/package/Dockerfile.cpu", "soarlab/tiny/corpus.txt"} <= evaluate  # data files
+    assert not {"soarlab/config.py", "soarlab/errors.py", "soarlab/paths.py"} & evaluate  # the harness
+    score = set(records["score"]["files"])  # bench/metrics.py imports bench/client.py for the type checker only
+    assert "soarlab/bench/metrics.py" in score and "soarlab/bench/client.py" not in score
+    assert "soarlab/quant/quantize.py" not in evaluate and "soarlab/quant/quantize.py" in records["quantize"]["files"]
 
 
-def files_under(path: Path) -> set[Path]:
-    if path.is_file():
-        return {path}
-    return {p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+@pytest.mark.slow
+def test_editing_a_module_re_runs_exactly_the_stages_that_run_it(tmp_path):
+    """Real DVC on a copy of the project: after the inputs stage, the committed lock is current; an edit
+    to the bench runner changes the code digest of evaluate alone, and `dvc status` says evaluate changed."""
+    dest, env = make_project(tmp_path / "proj")
 
+    def code_changes() -> dict[str, list[str]]:
+        done = subprocess.run(["soarlab", "stage", "inputs"], cwd=dest, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        status = subprocess.run(["dvc", "status", "--json"], cwd=dest, env=env, capture_output=True, text=True, check=True)
+        return {stage: [path for entry in entries if isinstance(entry, dict)
+                        for path in entry.get("changed deps", {}) if path.startswith("reports/inputs/code/")]
+                for stage, entries in json.loads(status.stdout).items()}
 
-def data_files(module: str) -> set[Path]:
-    return set().union(*(files_under(PKG / rel) for rel in DATA_FILES.get(module, [])))
-
-
-def closure(root: str) -> set[Path]:
-    """Every file under src/ that running module `root` runs or reads (harness left out)."""
-    todo, seen, files = [root], set(), set()
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        if name in HARNESS:  # nor what the harness itself uses (e.g. the stage runner's timing record)
-            continue
-        data = data_files(name)
-        files |= data
-        todo += sorted((direct_uses(name) | {module_of(p) for p in data if p.suffix == ".py"}) - seen)
-    return {module_file(m) for m in seen - HARNESS} | files
-
-
-def stage_code(stage: str) -> set[Path]:
-    return closure(f"soarlab.stages.{stage.replace('-', '_')}")
-
-
-def declared(stage: str) -> list[Path]:
-    return [ROOT / d for d in STAGES[stage].get("deps", []) if str(d).startswith("src/")]
-
-
-def covered(path: Path, deps: list[Path]) -> bool:
-    return any(path == d or d in path.parents for d in deps)
-
-
-@pytest.mark.parametrize("stage", sorted(STAGES))
-def test_deps_cover_the_stage_code(stage):
-    missing = sorted(str(p.relative_to(ROOT)) for p in stage_code(stage) if not covered(p, declared(stage)))
-    assert not missing, f"dvc.yaml stage {stage} runs these files but does not list them in deps: {missing}"
-
-
-@pytest.mark.parametrize("stage", sorted(STAGES))
-def test_deps_name_only_code_the_stage_runs(stage):
-    code = stage_code(stage)
-    unused = sorted(str(d.relative_to(ROOT)) for d in declared(stage) if not any(covered(p, [d]) for p in code))
-    assert not unused, f"dvc.yaml stage {stage} lists deps it never runs (they re-run it for nothing): {unused}"
-
-
-@pytest.mark.parametrize("stage", sorted(STAGES))
-def test_a_folder_in_deps_is_used_whole(stage):
-    code = stage_code(stage)
-    partial = sorted(f"{d.relative_to(ROOT)} ({len(files_under(d) - code)} of {len(files_under(d))} files unused)"
-                     for d in declared(stage) if d.is_dir() and (stage, str(d.relative_to(ROOT))) not in WHOLE_TREE
-                     and files_under(d) - code)
-    assert not partial, f"dvc.yaml stage {stage} lists folders it uses only in part; list the files it uses: {partial}"
+    assert not any(code_changes().values()), "dvc.lock is older than the tree's code: run `dvc repro` and commit dvc.lock"
+    runner = dest / "src" / "soarlab" / "bench" / "runner.py"
+    runner.write_text(runner.read_text() + "\n# an edit\n")
+    changed = {stage: paths for stage, paths in code_changes().items() if paths}
+    assert changed == {"evaluate": ["reports/inputs/code/evaluate.json"]}, changed
 
 
 def test_data_files_are_listed_and_exist():
     """Every file under src/soarlab that is not Python is some module's data, listed in DATA_FILES."""
-    listed = set().union(*(data_files(m) for m in DATA_FILES))
+    tree = source_tree()
+    listed = set().union(*(tree.data_files(m) for m in DATA_FILES))
     missing = [f"{m}: {rel}" for m, rels in DATA_FILES.items() for rel in rels if not (PKG / rel).exists()]
     assert not missing, f"DATA_FILES names paths that do not exist: {missing}"
-    assert all(module_file(m) for m in DATA_FILES), "DATA_FILES names a module that does not exist"
+    assert all(tree.module_file(m) for m in DATA_FILES), "DATA_FILES names a module that does not exist"
     unlisted = sorted(str(p.relative_to(ROOT)) for p in files_under(PKG) if p.suffix != ".py" and p not in listed)
     assert not unlisted, f"data files no module is listed as reading (add them to DATA_FILES): {unlisted}"
 
@@ -219,7 +169,8 @@ def test_every_module_is_some_stage_code_or_a_tool():
     commands = [module_of(p) for p in sorted((PKG / "commands").glob("*.py"))]
     conf = "".join(f.read_text() for f in (ROOT / "conf").rglob("*.yaml"))
     commands += re.findall(r"_target_:\s*(soarlab[\w.]*)\.\w+", conf)
-    used = set().union(*(stage_code(s) for s in STAGES), *(closure(m) for m in commands))
+    tree = source_tree()
+    used = set().union(*(tree.stage_files(s) for s in STAGES), *(tree.closure(m) for m in commands))
     helpers = {PKG / "bench" / "loopback.py",  # the local streaming server of the tests and scripts/
                PKG / "tiny" / "build.py"}  # regenerates the shipped tiny checkpoint: scripts/build_tiny_model.py
     orphans = sorted(

@@ -10,6 +10,10 @@ no file in this config, sha256 alone when the file is missing (the stage that re
 that reads an input lists that file in its deps. docs/ARCHITECTURE.md says why this and not `dvc add` or
 `dvc import-url`.
 
+It writes each other stage's code digest too, reports/inputs/code/<stage>.json (soarlab.stage_code): the
+stage lists that file in its deps instead of its code files, so that dvc.lock, which DVC re-reads after every
+stage, holds one entry for the code of each.
+
 It also writes reports/inputs/store.json, the MLflow store's stamp (soarlab.tracking.store.store_stamp):
 `reference` and `track` read the store, state DVC cannot see, and list this file in their deps instead of
 always running, so a no-op `dvc repro` runs only this stage, while a new store or a new (or deleted) run
@@ -26,6 +30,7 @@ from soarlab.digest import content_digest
 from soarlab.errors import SoarError
 from soarlab.paths import project_root
 from soarlab.schema import SoarConfig
+from soarlab.stage_code import CODE_DIR, SourceTree
 from soarlab.tracking.store import STAMP_REPORT, check_store, store_stamp, tracking_uri
 
 
@@ -82,6 +87,17 @@ def run(cfg: SoarConfig) -> None:
         write_json(root / cfg.paths.reports / "inputs" / f"{name}.json", record)
         if named is not None:
             print(f"{param}={named}: sha256 {record['sha256'] or '(missing)'}")
+    write_code_digests(root, root / cfg.paths.reports)
     # A server (or a store not made yet) has no stamp: a new value each run makes reference and track run.
     stamp = store_stamp(cfg) or f"unknown, asked at {time.time_ns()}"
     write_json(root.joinpath(cfg.paths.reports, *STAMP_REPORT), {"uri": tracking_uri(cfg), "stamp": stamp})
+
+
+def write_code_digests(root: Path, reports: Path) -> None:
+    """reports/inputs/code/<stage>.json for each stage of the project's dvc.yaml but this one (always run)."""
+    import yaml
+
+    tree = SourceTree(root / "src")
+    for stage in yaml.safe_load((root / "dvc.yaml").read_text())["stages"]:
+        if stage != "inputs":
+            write_json(reports.joinpath(*CODE_DIR, f"{stage}.json"), tree.code_record(stage))
