@@ -4,25 +4,21 @@ own state is), so that digesting an unchanged 18 GB model folder again costs a `
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 from soarlab.atomic import write_text
 from soarlab.datasets.soar import file_sha256
+from soarlab.paths import cache_dir
 
 # Never part of a model's or a data set's content: what hub.copy_local leaves out too.
 _SKIPPED_FOLDERS = {".git", ".cache", "__pycache__"}
-
-
-def _cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "soarlab" / "digests"
 
 
 def cached_file_sha256(path: Path) -> str:
     """file_sha256, looked up first under the file's identity (path, device, inode, size, mtime)."""
     st = path.stat()
     key = hashlib.sha256(f"{path.resolve()}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()
-    record = _cache_dir() / key
+    record = cache_dir() / "digests" / key
     try:
         return record.read_text().strip()
     except OSError:

@@ -59,6 +59,12 @@ def owning_project_root(start: str | Path | None = None) -> Path:
     return root
 
 
+def cache_dir() -> Path:
+    """What this user's runs on this machine may recompute but keep to save time (file digests, the empty
+    MLflow store): $XDG_CACHE_HOME/soarlab, else ~/.cache/soarlab."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "soarlab"
+
+
 def state_dir() -> Path:
     """Where this user's runs on this machine keep what they share (port and GPU leases, the track lock
     of a tracking server): $SOARLAB_STATE_DIR, else <tmp>/soarlab-<uid>."""

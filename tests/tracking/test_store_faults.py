@@ -104,3 +104,32 @@ def test_a_short_lock_is_waited_out(lab):
         holder.kill()
         holder.wait()
     assert "waiting up to 60 s (tracking.lock_wait_s)" in done.stderr and "reference (best_recorded, 0 run(s)" in done.stdout
+
+
+def test_a_new_store_is_a_copy_of_the_migrated_empty_one(tmp_path, monkeypatch):
+    """A project's first store is a copy of an empty store MLflow made and migrated once (per MLflow version,
+    in the cache folder), not migrated anew: MLflow opens it as current, and its Default experiment is
+    what MLflow gives a store made here."""
+    import sqlite3
+
+    import mlflow
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    template = tmp_path / "cache" / "soarlab" / "mlflow" / f"empty-store-{mlflow.__version__}.db"
+    stores = []
+    for project in ("proj", "other"):  # the first makes the template, the second copies it
+        copy_conf(tmp_path / project)
+        monkeypatch.chdir(tmp_path / project)
+        client, experiment_id = open_store(compose())
+        assert template.is_file() and (tmp_path / project / "mlflow.db").is_file()
+        stores.append(tmp_path / project / "mlflow.db")
+        default = client.get_experiment("0")
+        assert default.artifact_location == str(tmp_path / project / "mlruns" / "0")
+        run = client.create_run(experiment_id)  # a working store: a run logged and read back
+        client.log_metric(run.info.run_id, "m", 1.0)
+        assert client.get_run(run.info.run_id).data.metrics == {"m": 1.0}
+    version = lambda db: sqlite3.connect(db).execute("select version_num from alembic_version").fetchone()  # noqa: E731
+    assert version(stores[0]) == version(stores[1]) == version(template)
+    assert not sorted(tmp_path.glob("*/.mlflow.db.*.tmp"))  # no temporary left

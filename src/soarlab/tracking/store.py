@@ -10,7 +10,7 @@ from pathlib import Path
 
 from soarlab.errors import SoarError, short_path
 from soarlab.names.mlflow_tags import EXPERIMENT_KIND_TAG
-from soarlab.paths import owning_project_root
+from soarlab.paths import cache_dir, owning_project_root
 from soarlab.schema import SoarConfig
 
 # MLflow 3's UI opens an experiment on its GenAI pages unless this experiment tag says otherwise
@@ -178,6 +178,30 @@ def store_faults_named(cfg: SoarConfig):
         raise
 
 
+def _copy_empty_store(db: Path) -> None:
+    """A new local store, made as a copy of an empty one that MLflow made and migrated once per MLflow
+    version on this machine (paths.cache_dir()): migrating each new database anew (MLflow's alembic
+    scripts) costs seconds of CPU. The copy's Default experiment gets what MLflow gives a new store's: the
+    folder `mlruns/0` under the working directory, and the time now."""
+    import shutil
+    import sqlite3
+
+    import mlflow
+
+    from soarlab.atomic import atomic_path
+
+    template = cache_dir() / "mlflow" / f"empty-store-{mlflow.__version__}.db"
+    if not template.is_file():
+        with atomic_path(template) as tmp:
+            mlflow.MlflowClient(f"sqlite:///{tmp}").search_experiments(max_results=1)  # made and migrated
+    with atomic_path(db) as tmp:
+        shutil.copyfile(template, tmp)
+        now_ms = int(time.time() * 1000)
+        with contextlib.closing(sqlite3.connect(tmp)) as conn, conn:
+            conn.execute("UPDATE experiments SET artifact_location = ?, creation_time = ?, last_update_time = ? "
+                         "WHERE experiment_id = 0", (str(Path.cwd() / "mlruns" / "0"), now_ms, now_ms))
+
+
 def open_store(cfg: SoarConfig):
     """(MlflowClient, experiment id) of `tracking.experiment`, created on first use, with the tags that
     make the UI open it on the runs table and offer the runs table's score view (runs_view)."""
@@ -190,6 +214,9 @@ def open_store(cfg: SoarConfig):
     wait_for_store(cfg)
     mlflow.set_tracking_uri(uri)
     with _store_lock(uri):
+        db = sqlite_file(uri)
+        if db is not None and not db.exists():
+            _copy_empty_store(db)
         experiment = mlflow.get_experiment_by_name(cfg.tracking.experiment)
         if experiment is None:
             # A local store keeps artifacts beside the database, not in whatever folder DVC ran from.
