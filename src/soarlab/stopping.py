@@ -10,7 +10,6 @@ does with Ctrl-C, and is raised once the loop is closed.
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import threading
 from collections.abc import Callable, Coroutine
@@ -45,9 +44,11 @@ def install() -> None:
 def run_async(main: Coroutine[Any, Any, T]) -> T:
     """asyncio.run(main). A SIGTERM or SIGHUP meanwhile cancels `main` and is raised as Terminated once
     the loop is closed, wherever in asyncio it came."""
+    import asyncio  # here: every `soarlab` process installs the handlers, few of them run a loop
+
     global _on_signal
     received: list[int] = []
-    tasks: list[asyncio.Task] = []
+    tasks: list = []  # main's task, once the loop runs it
 
     async def guarded():
         tasks.append(asyncio.current_task())
