@@ -4,7 +4,6 @@
 serving-only sweep trial does (docs/PERFORMANCE.md, "A pipeline run's own cost").
 
     . .venv/bin/activate && python scripts/bench/bench_exp_run.py --rev 37ff0ae --rev HEAD --repeats 3 --pure-yaml
-    . .venv/bin/activate && python scripts/bench/bench_exp_run.py --rev HEAD --repeats 4 --stage-code-only
 
 A loopback server (soarlab.bench.loopback) answers at once, so the seconds are DVC's, the stages'
 processes' and the bench client's own. Per revision: a clone run with its own source (PYTHONPATH) under
@@ -12,18 +11,14 @@ this environment's packages, and one full `dvc exp run` on the loopback (`engine
 `quant=none`, one timed run per level). Then `--repeats` rounds, each one rerun (a fresh `bench.rerun`)
 of every variant in turn, so that a drift of the machine falls on all of them alike. `--pure-yaml` adds
 a variant of each revision with ruamel.yaml's C loader hidden, as in an environment without
-ruamel.yaml.clib. `--stage-code-only` adds a clone of each revision whose dvc.yaml lists, of its code, only
-each stage's own module (src/soarlab/stages/): a dvc.lock a third smaller, which DVC parses and rewrites
-after every stage, to see what its size costs. Prints each rerun and a table of medians.
+ruamel.yaml.clib. Prints each rerun and a table of medians.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -39,20 +34,8 @@ def exp_run(clone: Path, env: dict, url: str, *extra: str) -> tuple[float, float
                               f"dvc exp run in {clone}", cwd=clone, env=env)
 
 
-# A code dep of dvc.yaml outside src/soarlab/stages/ (each stage's import closure beyond its own module).
-CLOSURE_DEP = re.compile(r"^\s+- src/soarlab/(?!stages/)\S+\.py\s*(#.*)?$")
-
-
-def stage_code_only(clone: Path, env: dict) -> None:
-    """Drop the closure's code deps from the clone's dvc.yaml, committed (a smaller dvc.lock after the first run)."""
-    dvc_yaml = clone / "dvc.yaml"
-    dvc_yaml.write_text("".join(line for line in dvc_yaml.read_text().splitlines(keepends=True) if not CLOSURE_DEP.match(line)))
-    subprocess.run(["git", "commit", "-qam", "each stage's own module as its only code dep"], cwd=clone, env=env, check=True)
-
-
-def variants(revs: list[str], pure_yaml: bool, code_only: bool, tmp: Path, url: str) -> dict[str, tuple[Path, dict]]:
-    """label -> (clone, environment), each clone after its first run; its pure-YAML variant shares its folder,
-    its stage-code-only variant is a clone of its own."""
+def variants(revs: list[str], pure_yaml: bool, tmp: Path, url: str) -> dict[str, tuple[Path, dict]]:
+    """label -> (clone, environment), each clone after its first run; its pure-YAML variant shares its folder."""
     hidden = tmp / "no-c-yaml"
     hidden.mkdir()
     (hidden / "_ruamel_yaml.py").write_text('raise ImportError("hidden by bench_exp_run --pure-yaml")\n')
@@ -67,16 +50,6 @@ def variants(revs: list[str], pure_yaml: bool, code_only: bool, tmp: Path, url: 
         if pure_yaml:
             pure = {**env, "PYTHONPATH": f"{hidden}{os.pathsep}{env['PYTHONPATH']}"}
             found[f"{rev} ({commit}), pure-Python YAML"] = (clone, pure)
-        if code_only:
-            small = tmp / f"{revision.folder_name(rev)}-stage-code-only"
-            revision.clone(rev, small)
-            small_env = revision.source_env(small)
-            stage_code_only(small, small_env)
-            wall, cpu = exp_run(small, small_env, url)
-            lock_kb = (small / "dvc.lock").stat().st_size / 1000, (clone / "dvc.lock").stat().st_size / 1000
-            print(f"{rev} ({commit}), stage code only: first run {wall:.1f} s wall, {cpu:.1f} s CPU; "
-                  f"dvc.lock {lock_kb[0]:.1f} KB against {lock_kb[1]:.1f} KB", flush=True)
-            found[f"{rev} ({commit}), stage code only"] = (small, small_env)
     return found
 
 
@@ -86,13 +59,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="reruns of each variant (default 3)")
     parser.add_argument("--pure-yaml", action="store_true",
                         help="also each revision with ruamel.yaml's C loader hidden")
-    parser.add_argument("--stage-code-only", action="store_true",
-                        help="also each revision with only each stage's own module as its code deps (a smaller dvc.lock)")
     args = parser.parse_args()
     from soarlab.bench.loopback import LoopbackServer
 
     with tempfile.TemporaryDirectory(prefix="bench_exp_run.") as tmp, LoopbackServer() as server:
-        found = variants(args.rev, args.pure_yaml, args.stage_code_only, Path(tmp), server.base_url)
+        found = variants(args.rev, args.pure_yaml, Path(tmp), server.base_url)
         results: dict[str, list[tuple[float, float]]] = {label: [] for label in found}
         for i in range(args.repeats):
             for n, (label, (clone, env)) in enumerate(found.items()):
