@@ -9,9 +9,9 @@ quiets known library warnings, sets the garbage collector's thresholds and stops
 died. It decides no output's content, and counting it would re-run the whole pipeline for a change of an
 error message.
 
-A stage lists its digest file in dvc.yaml instead of its code files: DVC re-reads and rewrites dvc.lock
-after every stage it runs or restores, and one entry per stage keeps that lock small; the digest file
-still names each file and its sha256, so a changed file re-runs exactly the stages that run it.
+A stage lists its digest file in dvc.yaml instead of its code files, so that dvc.yaml names no code file
+(a new import needs no edit there) and dvc.lock holds one entry for each stage's code; the digest file still
+names each file and its sha256, so a changed file re-runs exactly the stages that run it.
 """
 
 from __future__ import annotations

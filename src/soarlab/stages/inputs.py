@@ -11,8 +11,7 @@ that reads an input lists that file in its deps. docs/ARCHITECTURE.md says why t
 `dvc import-url`.
 
 It writes each other stage's code digest too, reports/inputs/code/<stage>.json (soarlab.stage_code): the
-stage lists that file in its deps instead of its code files, so that dvc.lock, which DVC re-reads after every
-stage, holds one entry for the code of each.
+stage lists that file in its deps instead of its code files (soarlab.stage_code says why).
 
 It also writes reports/inputs/store.json, the MLflow store's stamp (soarlab.tracking.store.store_stamp):
 `reference` and `track` read the store, state DVC cannot see, and list this file in their deps instead of
