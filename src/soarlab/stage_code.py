@@ -17,8 +17,9 @@ names each file and its sha256, so a changed file re-runs exactly the stages tha
 from __future__ import annotations
 
 import ast
-import hashlib
 from pathlib import Path
+
+from soarlab.datasets.soar import file_sha256
 
 HARNESS = frozenset({"soarlab", "soarlab.cli", "soarlab.stages", "soarlab.config", "soarlab.schema", "soarlab.errors",
                      "soarlab.paths", "soarlab.atomic", "soarlab.quiet", "soarlab.startup", "soarlab.parent_death",
@@ -123,7 +124,7 @@ class SourceTree:
         # hashed anew in each process (a few MB in all): DVC's temp copies of the project would fill
         # soarlab.digest's cache, which remembers files by identity
         if path not in self._sha256:
-            self._sha256[path] = hashlib.sha256(path.read_bytes()).hexdigest()
+            self._sha256[path] = file_sha256(path)
         return self._sha256[path]
 
 
