@@ -63,9 +63,6 @@ def test_lm_eval_uneven_metric_counts_note_is_dropped_where_lm_eval_runs(caplog)
     with caplog.at_level(logging.WARNING):
         logging.getLogger("lm_eval.evaluator_utils").warning(
             "[soar_correctness] Metrics were not scored on the same number of documents (acc=18, acc_mcq=6).")
-        logging.getLogger("lm_eval.evaluator").warning(
-            "generation_kwargs: %s specified through cli, these settings will update set parameters in yaml tasks.",
-            {"max_gen_toks": 48})
         logging.getLogger("lm_eval.api.task").warning(
             "soar_correctness: Custom kwargs can be passed to `--metadata` in console (as json string) or to the TaskManager.")
         logging.getLogger("lm_eval.api.task").warning("soar_correctness: a real warning")

@@ -53,7 +53,7 @@ def install() -> None:
          "AutoTokenizer on a quantized checkpoint (no auto_map.AutoConfig, RULES.md 7) falls back to the base "
          "config class only to look for a tokenizer class; tokenizer_config.json names it")
     drop("lm_eval.config.task", r"No `generation_kwargs` specified in task config",
-         "the correctness task's generation settings come from conf/eval through simple_evaluate(gen_kwargs=...), "
-         "which overrides the defaults this names (soarlab.accuracy.runner)")
+         "the correctness task's generation settings come from conf/eval, set over the defaults this names "
+         "by soarlab.accuracy.runner.evaluate_tasks")
     drop("mlflow.store.db.utils", r"^(Creating initial MLflow database tables|Updating database tables)",
          "a new local store being made (the first run's track stage); nothing for the user to do")

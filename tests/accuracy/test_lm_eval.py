@@ -1,4 +1,4 @@
-"""A real lm-eval run (simple_evaluate, the soar_correctness task, the chat-completions client) against a
+"""A real lm-eval run (its `evaluate`, the soar_correctness task, the chat-completions client) against a
 real HTTP server on loopback.
 
 The server is an aiohttp OpenAI-compatible chat server written here, not `transformers serve`: it
@@ -101,15 +101,20 @@ def perfect_answer(question: str) -> str:
     return "<think>draft</think>\n" + ", ".join(row["gold"])
 
 
-def test_lm_eval_run_sends_the_official_request_and_scores_every_row(tiny_model_dir):
+def test_lm_eval_run_sends_the_official_request_and_scores_every_row(tiny_model_dir, monkeypatch):
     from soarlab.accuracy.runner import run_correctness
     from soarlab.accuracy.grading import score_rows
     from soarlab.datasets.correctness import read_correctness_set
 
     data = rows()
     failing = data[0]["question"]  # an mcq row: fails on every attempt
+    started = []  # every process the run starts (the real Popen runs them)
+    popen_init = subprocess.Popen.__init__
+    monkeypatch.setattr(subprocess.Popen, "__init__", lambda self, args, *a, **k: started.append(args) or popen_init(self, args, *a, **k))
     with FakeChatServer(perfect_answer, fail=[failing]) as server:
         preds, info = run_correctness(server.base_url + "/v1", "tiny", EMBEDDED, tiny_model_dir, eval_cfg(retries=2))
+    # no process of lm-eval's environment report (`pip list`, git) or any other
+    assert started == []
     # one prediction per row, in order, the failed one kept
     assert len(preds) == len(data)
     assert preds[0]["failed"] and preds[0]["prediction"] == "" and "500" in preds[0]["error"]

@@ -58,13 +58,33 @@ def _quiet_lm_eval() -> None:
     drop("lm_eval.evaluator_utils", r"Metrics were not scored on the same number of documents",
          "by design: each row scores acc and the metric of its own task only (acc_mcq on mcq rows, ...), "
          "and no lm-eval group aggregation is used")
-    drop("lm_eval.evaluator", r"^generation_kwargs: .* specified through cli",
-         "the generation settings (greedy, max tokens, EOS stops) are ours on purpose, from eval.* (RULES.md 3)")
     drop("lm_eval.api.task", r"Custom kwargs can be passed to `--metadata`",
          "the task's dataset is our file, passed as task metadata by run_correctness")
     drop("lm_eval.models.api_models", r"^Exception:(CancelledError|KeyboardInterrupt|Terminated)\(",
          "lm-eval logs any exception of a request as an error, also the cancellation of the requests in flight "
          "when the run is stopped (SIGTERM, Ctrl-C): no request failed, and the CLI says why it stopped")
+
+
+def evaluate_tasks(lm, loaded: dict, gen_kwargs: dict | None = None, **evaluate_kwargs) -> dict:
+    """lm-eval's `evaluate` on tasks a TaskManager loaded, set up as `simple_evaluate` sets them up (our
+    generation settings over the task's, its few-shot count or 0, lm-eval's default seeds), without what
+    `simple_evaluate` adds to its results that SOAR Lab never reads: the environment report (torch's
+    collect_env, which runs `pip list` in a process of its own), git's commit and the tokenizer's details."""
+    import random
+
+    import numpy as np
+    from lm_eval.defaults import DEFAULT_OTHER_SEED, DEFAULT_RANDOM_SEED
+    from lm_eval.evaluator import evaluate
+
+    random.seed(DEFAULT_RANDOM_SEED)
+    np.random.seed(DEFAULT_OTHER_SEED)
+    for task in loaded["tasks"].values():
+        if gen_kwargs is not None and task.get_config("output_type") == "generate_until":
+            task.set_config(key="generation_kwargs", value=gen_kwargs, update=True)
+        if task.get_config("num_fewshot") is None:
+            task.set_config(key="num_fewshot", value=0)
+        task.set_fewshot_seed(seed=DEFAULT_OTHER_SEED)
+    return evaluate(lm=lm, task_dict=loaded, bootstrap_iters=0, **evaluate_kwargs)
 
 
 def run_correctness(
@@ -75,7 +95,6 @@ def run_correctness(
     Each prediction is {"prediction": str, "failed": bool, "error": str|None, "tokens": int|None, "capped":
     bool} (soarlab.accuracy.lengths). Failed requests are kept.
     """
-    import lm_eval
     from lm_eval.tasks import TaskManager
 
     from soarlab.accuracy.client import eos_stop_strings, parse_failed
@@ -90,16 +109,8 @@ def run_correctness(
     if CORRECTNESS_TASK not in manager.all_tasks:  # pragma: no cover - packaging error
         raise SoarError(f"lm-eval task {CORRECTNESS_TASK} not found under {TASKS_DIR}", "reinstall soarlab (pip install -e .)")
     lm = _chat_model(base_url, model, eval_cfg)
-    results = lm_eval.simple_evaluate(
-        model=lm,
-        tasks=[CORRECTNESS_TASK],
-        task_manager=manager,
-        apply_chat_template=True,
-        gen_kwargs=correctness_gen_kwargs(eval_cfg, stop),
-        log_samples=True,
-        bootstrap_iters=0,
-        limit=eval_cfg.limit,
-    )
+    results = evaluate_tasks(lm, manager.load([CORRECTNESS_TASK]), gen_kwargs=correctness_gen_kwargs(eval_cfg, stop),
+                             apply_chat_template=True, log_samples=True, limit=eval_cfg.limit)
     samples = sorted(results["samples"][CORRECTNESS_TASK], key=lambda s: s["doc_id"])
     predictions = []
     for sample in samples:
@@ -176,8 +187,6 @@ def run_standard_tasks(base_url: str, model: str, model_dir: str | Path, eval_cf
 
     Returns {task: {"status": "ok", "metrics": {...}} | {"status": "skipped", "reason": ...}}.
     """
-    import lm_eval
-
     names = eval_cfg.tasks
     if not names:
         return {}
@@ -205,7 +214,6 @@ def run_standard_tasks(base_url: str, model: str, model_dir: str | Path, eval_cf
                 log.warning("standard task %s skipped: %s", name, reason)
                 continue
             lm, kwargs = _completions_model(base_url, model, model_dir, eval_cfg), {}
-        results = lm_eval.simple_evaluate(model=lm, tasks=[name], task_manager=manager, limit=eval_cfg.standard_limit,
-                                          bootstrap_iters=0, log_samples=False, **kwargs)
+        results = evaluate_tasks(lm, loaded, limit=eval_cfg.standard_limit, log_samples=False, **kwargs)
         out[name] = {"status": "ok", "metrics": _task_metrics(results, name)}
     return out

@@ -55,7 +55,7 @@ def overrides_of(params: dict[str, str], incidental) -> list[str]:
     default = run_params(composed_data())
     presets = [d for d in config_delta(params, default, incidental) if is_preset(d)]
     try:
-        reference = run_params(composed_data(presets))
+        reference = run_params(composed_data(presets)) if presets else default
     except SoarError:  # a group `name` set by hand, not a preset in conf/: its keys follow it, unnamed
         reference = default
     return presets + [d for d in config_delta(params, reference, incidental) if not is_preset(d)]
