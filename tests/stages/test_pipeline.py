@@ -14,7 +14,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from support import make_project
+from support import QUICK_BENCH, make_project
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -78,7 +78,9 @@ def test_a_spec_change_re_runs_package_and_evaluate_never_quantize(repo_copy):
 
 def test_exp_run_with_another_quant_skips_fetch_and_logs_a_second_run(repo_copy):
     dest, _ = repo_copy
-    out = _run(["dvc", "exp", "run", "-S", "quant=none"], repo_copy)
+    # Four correctness questions and one timed run per level: what evaluate measures is not the subject here.
+    quick_evaluate = [f"-S{o}" for o in ("eval.limit=4", *QUICK_BENCH)]
+    out = _run(["dvc", "exp", "run", "-S", "quant=none", *quick_evaluate], repo_copy)
     assert "Running stage 'fetch-model'" not in out and "Running stage 'fetch-data'" not in out
     assert "Running stage 'quantize'" in out
     client, runs = _runs(dest)
