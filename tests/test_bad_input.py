@@ -206,7 +206,7 @@ def score_project(proj: Path) -> Path:
 @pytest.mark.parametrize("case, mount, code, expected", [
     ("read-only reports/", "mount --bind reports reports && mount -o remount,bind,ro reports", 30,
      ("Read-only file system", "read-only")),
-    ("full disk", "cp -r reports /tmp/r.$$ && mount -t tmpfs -o size=64k tmpfs reports && cp -r /tmp/r.$$/. reports/ "
+    ("full disk", "cp -r reports saved && mount -t tmpfs -o size=64k tmpfs reports && cp -r saved/. reports/ "
                   "&& (dd if=/dev/zero of=reports/filler bs=4k 2>/dev/null; true)", 28,
      ("No space left on device", "df -h")),
 ])
