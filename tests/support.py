@@ -261,11 +261,14 @@ def bench_project(root: Path, model_dir: Path) -> Path:
 def dvc_bench_project(root: Path, model_dir: Path) -> Path:
     """bench_project as a DVC project (no git) whose one stage, `bench`, is `soarlab stage bench`:
     what `dvc repro` runs, for killing `dvc` alone."""
+    from soarlab.names.environment import DVC_NO_ANALYTICS_ENV
+
     dvc = str(Path(sys.executable).parent / "dvc")
     bench_project(root, model_dir)
     (root / "dvc.yaml").write_text("stages:\n  bench:\n    cmd: soarlab stage bench\n    outs:\n      - reports/bench\n")
-    subprocess.run([dvc, "init", "--no-scm", "-q"], cwd=root, check=True)
-    subprocess.run([dvc, "config", "core.analytics", "false"], cwd=root, check=True)
+    quiet = {**os.environ, DVC_NO_ANALYTICS_ENV: "1"}  # `dvc init` would leave a usage report it cannot send offline
+    subprocess.run([dvc, "init", "--no-scm", "-q"], cwd=root, env=quiet, check=True)
+    subprocess.run([dvc, "config", "core.analytics", "false"], cwd=root, env=quiet, check=True)
     return root
 
 

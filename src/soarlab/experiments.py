@@ -1,7 +1,7 @@
 """A DVC experiment run in its own temporary workspace (`dvc exp run --temp`): started, watched to its end or
 its timeout, stopped with its stages' servers when interrupted, its failure said in one line, and its
 committed files read back. A sweep trial (soarlab.sweep.trial) and `compare --rerun` (soarlab.decide.rerun)
-each run their experiments through it."""
+each run their experiments through it. Also where the project's DVC cache is, which a sweep reads."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from soarlab.engines.process import stop_process
+from soarlab.names.environment import DVC_NO_ANALYTICS_ENV
 from soarlab.parent_death import set_parent_death_signal
 
 _EVALUATE_STAGE = "'evaluate'"  # how DVC's output names the first stage that needs the quantized model
@@ -48,6 +49,14 @@ def git_identity_env(root: Path, env: dict) -> dict:
         return {}
     return {f"GIT_{who}_{field}": value for who in ("AUTHOR", "COMMITTER")
             for field, value in FALLBACK_GIT_IDENTITY.items() if f"GIT_{who}_{field}" not in env}
+
+
+def dvc_cache_dir(root: Path, env: dict | None = None) -> Path:
+    """The project's DVC cache folder as `dvc cache dir` says it (a cache shared by a team included). DVC's
+    usage report is off for the call: offline, DVC would leave it behind in a temporary file."""
+    env = {**(os.environ if env is None else env), DVC_NO_ANALYTICS_ENV: "1"}
+    said = subprocess.run(["dvc", "cache", "dir"], cwd=root, env=env, capture_output=True, text=True).stdout.strip()
+    return Path(said) if said else root / ".dvc" / "cache"
 
 
 def run_experiment(root: Path, name: str, overrides: Sequence[str], env: dict, timeout_s: float, log,

@@ -145,6 +145,9 @@ def test_sweep_refuses_a_lock_whose_folder_outputs_are_not_cached(tmp_path, monk
     import yaml
 
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # dvc
+    temporary = tmp_path / "tmp"  # where `dvc` writes its temporary files (and a usage report it cannot send offline)
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))
 
     from soarlab.errors import SoarError
     from soarlab.sweep.app import check_outputs_cached
@@ -159,6 +162,7 @@ def test_sweep_refuses_a_lock_whose_folder_outputs_are_not_cached(tmp_path, monk
     listing.parent.mkdir(parents=True)
     listing.write_text("[]")
     check_outputs_cached(tmp_path)  # a `cache: false` file output is never in the cache: not asked for
+    assert not list(temporary.iterdir())  # the DVC commands SOAR Lab runs itself send no usage report
 
 
 def test_parent_run_logs_a_space_that_adds_a_flag(tmp_path):

@@ -19,3 +19,4 @@ DVC_STAGE_ENV = "DVC_STAGE"  # the stage's name, for every stage command
 DVC_ROOT_ENV = "DVC_ROOT"  # the repository that owns a temporary experiment copy
 DVC_EXP_NAME_ENV = "DVC_EXP_NAME"
 DVC_EXP_BASELINE_ENV = "DVC_EXP_BASELINE_REV"
+DVC_NO_ANALYTICS_ENV = "DVC_NO_ANALYTICS"  # set for the DVC commands SOAR Lab runs itself: no usage report

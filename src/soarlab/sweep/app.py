@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
-from pathlib import Path
 
 from soarlab.errors import SoarError
+from soarlab.experiments import dvc_cache_dir
 from soarlab.names.environment import SWEEP_ENV
 from soarlab.paths import project_root
 
@@ -62,15 +62,12 @@ def check_outputs_cached(root) -> None:
     machine's DVC cache lacks (a fresh clone): DVC 3.67 then fails trials whose stages come from its run
     cache ("failed to load directory"), because it still looks them up while it stages the trial's files.
     Entries of stages dvc.yaml no longer has are never run, so they are not asked for."""
-    import subprocess
-
     import yaml
 
     lock, pipeline = root / "dvc.lock", root / "dvc.yaml"
     if not lock.is_file() or not pipeline.is_file():
         return
-    cache = subprocess.run(["dvc", "cache", "dir"], cwd=root, capture_output=True, text=True)
-    cache_dir = Path(cache.stdout.strip() or root / ".dvc" / "cache") / "files" / "md5"
+    cache_dir = dvc_cache_dir(root) / "files" / "md5"
     declared = (yaml.safe_load(pipeline.read_text()) or {}).get("stages", {})
     stages = (yaml.safe_load(lock.read_text()) or {}).get("stages", {})
     # Folder outputs: DVC reads their listings (`.dir` objects) from the cache while it runs a trial.

@@ -8,13 +8,13 @@ finished ones. The trial reads what evaluate reports, asks the pruner, and write
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from soarlab.atomic import write_json
+from soarlab.experiments import dvc_cache_dir
 from soarlab.names.environment import PRUNE_ENV
 from soarlab.names.mlflow_tags import TRIAL_TAG
 from soarlab.pruning import END, REPORTS, SOAR_PRUNER, decision_path
@@ -109,9 +109,8 @@ def forget_pruned_evaluate(root: Path, lock_text: str, env: dict) -> int:
     so an earlier full run of the same inputs is used again. Returns the entries removed."""
     evaluate = (yaml.safe_load(lock_text) or {}).get("stages", {}).get("evaluate", {})
     hashes = {out.get("md5") for out in evaluate.get("outs", []) if out.get("md5")}
-    cache = subprocess.run(["dvc", "cache", "dir"], cwd=root, env=env, capture_output=True, text=True).stdout.strip()
     removed = 0
-    for entry in (Path(cache or root / ".dvc" / "cache") / "runs").glob("*/*/*"):
+    for entry in (dvc_cache_dir(root, env) / "runs").glob("*/*/*"):
         outs = (yaml.safe_load(entry.read_text()) or {}).get("outs", [])
         if hashes & {out.get("md5") for out in outs}:
             entry.unlink()
