@@ -236,8 +236,8 @@ class ApiClient:
                 if on_done is not None:
                     on_done(records[i])
 
-        # Full GC passes over a heap holding torch/transformers (~200k objects) cost ~20% of the client's
-        # CPU at Smax (measured: 1.27 -> 1.03 s per 2000 requests); freeze what exists before the level.
+        # The process holds torch's and transformers' objects, and every full GC pass walks them all while
+        # the level's requests are timed: freeze what exists before the level, so passes walk only its own.
         gc.freeze()
         gathered = asyncio.gather(*(worker() for _ in range(workers)))
         # On SIGTERM (stopping.run_async cancels the level) asyncio cancels the workers and this

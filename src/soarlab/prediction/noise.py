@@ -27,8 +27,8 @@ from soarlab.names.mlflow_tags import MACHINE_TAG
 
 def t_quantile(confidence: float, df: float) -> float:
     """The two-sided Student t quantile at `confidence` with `df` degrees of freedom. scipy loads here,
-    not with this module: track imports this module for every run it logs, and loading scipy there cost
-    about 0.4 CPU s a run, where an interval is needed only once a submission is recorded."""
+    not with this module: track imports this module for every run it logs, and an interval is needed
+    only once a submission is recorded."""
     from scipy import stats
 
     return float(stats.t.ppf((1 + confidence) / 2, df))
