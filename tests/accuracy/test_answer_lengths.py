@@ -83,6 +83,34 @@ def test_official_pass_estimate_follows_the_measured_speed():
     assert slower["seconds"] > result["seconds"]
 
 
+def test_the_limit_is_settled_only_where_answers_at_a_lower_cap_cannot_change_it():
+    """An answer at this run's cap (48) might have ended soon after or run on to the official cap: the pass is
+    estimated both ways, and within/OVER is said only where both agree."""
+    from soarlab.accuracy.lengths import describe, official_pass
+
+    official = compose(root=ROOT).eval.official_pass
+    records = [{"tokens": 10, "capped": False}, {"tokens": 30, "capped": False}, {"tokens": 48, "capped": True}]
+    lengths = {"answers": 3, "p50": 30, "p95": 48, "max": 48, "at_cap": 1, "max_tokens": 48}
+
+    def at(throughput: float) -> tuple[dict, str]:
+        estimate = official_pass(records, {"S1_mean_tpot_ms": 20.0, "Smax_output_throughput": throughput}, official)
+        return estimate, describe(lengths, estimate)
+
+    limit = f"{official.time_limit_s / 3600:g} h limit"
+    ended = (10 + 30 + 48) * official.questions / 3  # the answer at the cap ended there
+    ran_on = (10 + 30 + official.max_tokens) * official.questions / 3
+    fast, said = at(throughput=ran_on / official.time_limit_s * 2)  # even running on, half the limit
+    assert fast["within_limit"] and not fast["over_limit"] and f"within the {limit}" in said
+    unsettled, said = at(throughput=ran_on / official.time_limit_s / 2)
+    assert unsettled["seconds_if_capped_ended"] == round(max(ended / unsettled["output_throughput"], 48 * 0.020), 1)
+    assert not unsettled["within_limit"] and not unsettled["over_limit"], unsettled
+    assert f"{limit} (RULES.md 4) unsettled" in said and "OVER" not in said and "within" not in said
+    assert f"{unsettled['seconds_if_capped_ended'] / 3600:.2f}-{unsettled['seconds'] / 3600:.2f} h" in said
+    slow, said = at(throughput=ended / official.time_limit_s / 2)  # over even if the answer ended at the cap
+    assert slow["over_limit"] and f"OVER the {limit}" in said
+    assert len(describe(lengths | {"p50": 13, "at_cap": 16, "answers": 108}, unsettled)) <= 200  # one terminal line
+
+
 def changing_after(n_first: int):
     """Chat answers that change once `n_first` requests were answered (a server whose state goes bad under load)."""
     def chat(payload: dict, n: int) -> tuple[str, int]:

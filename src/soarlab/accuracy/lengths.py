@@ -10,6 +10,8 @@ within RULES.md 4's 5 hours) is estimated at this run's measured decode speed: e
 here, an answer at this run's cap as long as the official cap (it had not ended), scaled to the official
 number of questions; the pass then takes the longer of (a) those tokens at the output throughput of the
 highest bench level and (b) the longest answer at S1's time per output token (one stream decodes it alone).
+Where this run's cap is below the official one, an answer at it might have ended soon after: the pass is then
+also estimated with those answers as long as here, and the limit is settled only where both estimates agree.
 """
 
 from __future__ import annotations
@@ -64,16 +66,20 @@ def official_pass(records: Sequence[Mapping], bench_metrics: Mapping, official) 
     levels = [L for L in LEVELS if bench_metrics.get(level_key(L, "output_throughput"))]
     if not kept or not levels:
         return {"estimated": False, "reason": "no answer lengths" if not kept else "no bench level with an output throughput"}
-    tokens = [official.max_tokens if r["capped"] else r["tokens"] for r in kept]
-    total = sum(tokens) * official.questions / len(tokens)
     level = levels[-1]
     throughput = bench_metrics[level_key(level, "output_throughput")]
     tpot_ms = bench_metrics.get(level_key(LEVELS[0], "tpot_ms", "mean"))
-    batch_s = total / throughput
-    longest_s = max(tokens) * tpot_ms / 1000 if tpot_ms else 0.0
-    estimate = max(batch_s, longest_s)
-    return {"estimated": True, "seconds": round(estimate, 1), "limit_s": official.time_limit_s,
-            "within_limit": estimate <= official.time_limit_s, "tokens": round(total), "level": level,
+
+    def pass_s(tokens: list[int]) -> float:
+        batch_s = sum(tokens) * official.questions / len(tokens) / throughput
+        return max(batch_s, max(tokens) * tpot_ms / 1000 if tpot_ms else 0.0)
+
+    tokens = [official.max_tokens if r["capped"] else r["tokens"] for r in kept]
+    estimate, ended_at_cap = pass_s(tokens), pass_s([r["tokens"] for r in kept])
+    return {"estimated": True, "seconds": round(estimate, 1), "seconds_if_capped_ended": round(ended_at_cap, 1),
+            "limit_s": official.time_limit_s, "within_limit": estimate <= official.time_limit_s,
+            "over_limit": ended_at_cap > official.time_limit_s,
+            "tokens": round(sum(tokens) * official.questions / len(tokens)), "level": level,
             "output_throughput": throughput, "tpot_ms": tpot_ms,
             "how": f"{official.questions} questions x this run's answer lengths (answers at the cap counted at "
                    f"{official.max_tokens} tokens) at {level}'s output throughput {throughput:.1f} tok/s, or the longest "
@@ -88,6 +94,10 @@ def describe(lengths: Mapping, estimate: Mapping | None) -> str:
             f"{lengths['at_cap']} of {lengths['answers']} at the cap ({lengths['max_tokens']})")
     if not estimate or not estimate.get("estimated"):
         return head
-    hours = estimate["seconds"] / 3600
-    limit = "within" if estimate["within_limit"] else "OVER"
-    return f"{head}; official pass ~{hours:.2f} h at this speed, {limit} the {estimate['limit_s'] / 3600:g} h limit (RULES.md 4)"
+    hours, low_hours, limit = estimate["seconds"] / 3600, estimate["seconds_if_capped_ended"] / 3600, estimate["limit_s"] / 3600
+    if estimate["within_limit"]:
+        return f"{head}; official pass ~{hours:.2f} h at this speed, within the {limit:g} h limit (RULES.md 4)"
+    if estimate["over_limit"]:
+        return f"{head}; official pass ~{low_hours:.2f} h at this speed, OVER the {limit:g} h limit (RULES.md 4)"
+    return (f"{head}; official pass {low_hours:.2f}-{hours:.2f} h here, as answers at the cap end there or run on: "
+            f"{limit:g} h limit (RULES.md 4) unsettled")
