@@ -70,16 +70,17 @@ def official_pass(records: Sequence[Mapping], bench_metrics: Mapping, official) 
     throughput = bench_metrics[level_key(level, "output_throughput")]
     tpot_ms = bench_metrics.get(level_key(LEVELS[0], "tpot_ms", "mean"))
 
+    def pass_tokens(tokens: list[int]) -> float:  # this run's answers scaled to the official number of questions
+        return sum(tokens) * official.questions / len(tokens)
+
     def pass_s(tokens: list[int]) -> float:
-        batch_s = sum(tokens) * official.questions / len(tokens) / throughput
-        return max(batch_s, max(tokens) * tpot_ms / 1000 if tpot_ms else 0.0)
+        return max(pass_tokens(tokens) / throughput, max(tokens) * tpot_ms / 1000 if tpot_ms else 0.0)
 
     tokens = [official.max_tokens if r["capped"] else r["tokens"] for r in kept]
     estimate, ended_at_cap = pass_s(tokens), pass_s([r["tokens"] for r in kept])
     return {"estimated": True, "seconds": round(estimate, 1), "seconds_if_capped_ended": round(ended_at_cap, 1),
             "limit_s": official.time_limit_s, "within_limit": estimate <= official.time_limit_s,
-            "over_limit": ended_at_cap > official.time_limit_s,
-            "tokens": round(sum(tokens) * official.questions / len(tokens)), "level": level,
+            "over_limit": ended_at_cap > official.time_limit_s, "tokens": round(pass_tokens(tokens)), "level": level,
             "output_throughput": throughput, "tpot_ms": tpot_ms,
             "how": f"{official.questions} questions x this run's answer lengths (answers at the cap counted at "
                    f"{official.max_tokens} tokens) at {level}'s output throughput {throughput:.1f} tok/s, or the longest "
